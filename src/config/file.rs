@@ -1,0 +1,86 @@
+//! `gateway.toml` exactly as written: serde structs that refuse unknown keys. Nothing here is
+//! validated beyond its TOML type; `super::Config::from_file` turns these into the one internal
+//! config the rest of the gateway reads.
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub redis: RedisSection,
+    #[serde(default, rename = "app")]
+    pub apps: Vec<AppSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub listen: Option<String>,
+    pub admin_listen: Option<String>,
+    pub max_body: Option<SizeValue>,
+    pub ack_budget: Option<String>,
+    pub threads: Option<usize>,
+    pub shutdown_grace: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSection {
+    pub url: Option<String>,
+    pub key_prefix: Option<String>,
+    pub shards: Option<u16>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppSection {
+    pub name: Option<String>,
+    pub signing_secret: Option<OneOrMany>,
+    pub signing_secret_file: Option<String>,
+    pub upstream: Option<String>,
+    pub events_path: Option<String>,
+    pub commands_path: Option<String>,
+    pub interactivity_path: Option<String>,
+    #[serde(default)]
+    pub passthrough: Vec<String>,
+    #[serde(default)]
+    pub dedupe: DedupeSection,
+    #[serde(default)]
+    pub delivery: DeliverySection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupeSection {
+    pub ttl: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverySection {
+    pub timeout: Option<String>,
+    pub max_in_flight: Option<usize>,
+    pub retry_initial: Option<String>,
+    pub retry_max: Option<String>,
+    pub give_up_after: Option<String>,
+    pub lease: Option<String>,
+}
+
+/// A secret may be one string or a list (old and new during rotation).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `max_body = 1048576` or `max_body = "1MiB"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}

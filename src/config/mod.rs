@@ -1,0 +1,447 @@
+//! `gateway.toml` → one validated [`Config`].
+//!
+//! Precedence is defaults < `gateway.toml` < environment < command-line flags; the last two
+//! arrive together as [`Overrides`] because clap reads both. Every error names the file and the
+//! key path, and secrets are only ever taken from the environment or from a file.
+
+mod duration;
+mod file;
+
+pub use duration::{parse_duration, parse_size};
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use file::{AppSection, FileConfig, OneOrMany, SizeValue};
+
+/// A configuration error: which file, which key, what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {key}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub key: String,
+    pub message: String,
+}
+
+/// Values from the environment and the command line, which beat the file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub admin_listen: Option<String>,
+    pub redis_url: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub source: PathBuf,
+    pub server: ServerConfig,
+    pub redis: RedisConfig,
+    pub apps: Vec<Arc<AppConfig>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Slack-facing listener.
+    pub listen: String,
+    /// `/metrics`, `/healthz`, `/readyz`; `None` when set to `"off"`.
+    pub admin_listen: Option<String>,
+    /// Larger bodies get 413 (Slack's own payloads stay far below 1 MiB).
+    pub max_body: usize,
+    /// How long the ingress may wait for Redis before it answers 503 instead of 200.
+    pub ack_budget: Duration,
+    /// Worker threads of the Slack-facing service.
+    pub threads: usize,
+    /// On SIGTERM, how long in-flight requests and attempts get before the process exits.
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// Start a private `redis-server` child (laptops, demos; never production).
+    Embedded,
+    Url(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub target: RedisTarget,
+    pub key_prefix: String,
+    /// Hash-tag shards per app; fixed for the life of the data (see README).
+    pub shards: u16,
+}
+
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    pub name: String,
+    pub secrets: Vec<Secret>,
+    pub upstream: Upstream,
+    pub events_path: String,
+    pub commands_path: String,
+    pub interactivity_path: String,
+    pub passthrough: Vec<String>,
+    pub receipt_ttl: Duration,
+    pub delivery: DeliveryConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    pub timeout: Duration,
+    pub max_in_flight: usize,
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    pub give_up_after: Duration,
+    /// An entry idle this long in the pending list may be taken by another worker.
+    pub lease: Duration,
+}
+
+/// Where the bot listens: `http(s)://host[:port][/path]`.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub url: String,
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    /// A path in the URL replaces the path Slack used.
+    pub path: Option<String>,
+}
+
+impl Upstream {
+    /// `host[:port]` for the Host header (port omitted when it is the scheme's default).
+    pub fn authority(&self) -> String {
+        let default = if self.tls { 443 } else { 80 };
+        match (self.port == default, self.host.contains(':')) {
+            (true, false) => self.host.clone(),
+            (true, true) => format!("[{}]", self.host),
+            (false, false) => format!("{}:{}", self.host, self.port),
+            (false, true) => format!("[{}]:{}", self.host, self.port),
+        }
+    }
+}
+
+/// A signing secret. Its `Debug` never shows the value.
+#[derive(Clone)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    pub fn new(value: &str) -> Self {
+        Secret(value.into())
+    }
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// Which Slack traffic a path carries for an app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    /// Events, commands or interactivity: verified, recorded, acked, delivered.
+    Slack,
+    /// Plain reverse proxy to the app's upstream.
+    Passthrough,
+}
+
+impl Config {
+    /// Read, parse, interpolate and validate one file.
+    pub fn from_file(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            key: "(file)".into(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::from_toml(&text, path, overrides)
+    }
+
+    pub fn from_toml(text: &str, path: &Path, ov: &Overrides) -> Result<Config, ConfigError> {
+        let v = Validator { file: path.display().to_string(), base: path.parent() };
+        let raw: FileConfig = toml::from_str(text).map_err(|e| v.err("(toml)", e.to_string()))?;
+        let server = v.server(&raw, ov)?;
+        let redis = v.redis(&raw, ov)?;
+        if raw.apps.is_empty() {
+            return Err(v.err("app", "at least one [[app]] section is required"));
+        }
+        let apps = raw
+            .apps
+            .iter()
+            .enumerate()
+            .map(|(i, a)| v.app(i, a).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let config = Config { source: path.to_path_buf(), server, redis, apps };
+        config.check_routes(&v)?;
+        Ok(config)
+    }
+
+    /// Every path the Slack-facing listener answers, with its app and role.
+    pub fn routes(&self) -> HashMap<String, (usize, RouteKind)> {
+        let mut routes = HashMap::new();
+        for (i, app) in self.apps.iter().enumerate() {
+            for p in [&app.events_path, &app.commands_path, &app.interactivity_path] {
+                routes.insert(p.clone(), (i, RouteKind::Slack));
+            }
+            for p in &app.passthrough {
+                routes.insert(p.clone(), (i, RouteKind::Passthrough));
+            }
+        }
+        routes
+    }
+
+    fn check_routes(&self, v: &Validator) -> Result<(), ConfigError> {
+        let mut owner: HashMap<&str, (usize, &str)> = HashMap::new();
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        for (i, app) in self.apps.iter().enumerate() {
+            if let Some(j) = names.insert(&app.name, i) {
+                return Err(v.err(&format!("app[{i}].name"), format!("`{}` is also app[{j}]'s name", app.name)));
+            }
+            let slack = [&app.events_path, &app.commands_path, &app.interactivity_path];
+            let paths = slack.iter().map(|p| (p.as_str(), "slack")).chain(app.passthrough.iter().map(|p| (p.as_str(), "passthrough")));
+            for (p, role) in paths {
+                match owner.get(p) {
+                    Some(&(j, r)) if j != i || r != role => {
+                        return Err(v.err(&format!("app[{i}]"), format!("path `{p}` is already used by app[{j}] ({r})")));
+                    }
+                    _ => {
+                        owner.insert(p, (i, role));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Validator<'a> {
+    file: String,
+    base: Option<&'a Path>,
+}
+
+impl Validator<'_> {
+    fn err(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError { file: self.file.clone(), key: key.into(), message: message.into() }
+    }
+
+    fn duration(&self, key: &str, value: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+        match value {
+            None => Ok(default),
+            Some(text) => parse_duration(text).map_err(|m| self.err(key, m)),
+        }
+    }
+
+    fn server(&self, raw: &FileConfig, ov: &Overrides) -> Result<ServerConfig, ConfigError> {
+        let s = &raw.server;
+        let listen = ov.listen.clone().or_else(|| s.listen.clone()).unwrap_or_else(|| "0.0.0.0:3000".into());
+        check_addr(&listen).map_err(|m| self.err("server.listen", m))?;
+        let admin = ov.admin_listen.clone().or_else(|| s.admin_listen.clone()).unwrap_or_else(|| "127.0.0.1:9090".into());
+        let admin_listen = if admin == "off" {
+            None
+        } else {
+            check_addr(&admin).map_err(|m| self.err("server.admin_listen", m))?;
+            if admin == listen {
+                return Err(self.err("server.admin_listen", "must differ from server.listen: the admin API is never on the Slack-facing port"));
+            }
+            Some(admin)
+        };
+        let max_body = match &s.max_body {
+            None => 1 << 20,
+            Some(SizeValue::Bytes(n)) => usize::try_from(*n).map_err(|_| self.err("server.max_body", "too large"))?,
+            Some(SizeValue::Text(t)) => parse_size(t).map_err(|m| self.err("server.max_body", m))?,
+        };
+        if !(1024..=(64 << 20)).contains(&max_body) {
+            return Err(self.err("server.max_body", "must be between 1KiB and 64MiB"));
+        }
+        let ack_budget = self.duration("server.ack_budget", &s.ack_budget, Duration::from_secs(2))?;
+        if ack_budget.is_zero() || ack_budget > Duration::from_millis(2_900) {
+            return Err(self.err("server.ack_budget", "must be above 0 and at most 2900ms (Slack waits 3 s)"));
+        }
+        let threads = s.threads.unwrap_or(2);
+        if threads == 0 || threads > 256 {
+            return Err(self.err("server.threads", "must be between 1 and 256"));
+        }
+        let shutdown_grace = self.duration("server.shutdown_grace", &s.shutdown_grace, Duration::from_secs(10))?;
+        Ok(ServerConfig { listen, admin_listen, max_body, ack_budget, threads, shutdown_grace })
+    }
+
+    fn redis(&self, raw: &FileConfig, ov: &Overrides) -> Result<RedisConfig, ConfigError> {
+        let r = &raw.redis;
+        let url = match ov.redis_url.clone().or_else(|| r.url.clone()) {
+            None => None,
+            Some(u) => Some(interpolate(&u).map_err(|m| self.err("redis.url", m))?),
+        };
+        let target = match url.as_deref() {
+            None | Some("") | Some("embedded") => RedisTarget::Embedded,
+            Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") || u.starts_with("redis+unix://") || u.starts_with("unix://") => {
+                RedisTarget::Url(u.to_string())
+            }
+            Some(_) => return Err(self.err("redis.url", "must be \"embedded\" or a redis://, rediss:// or unix:// URL")),
+        };
+        let key_prefix = r.key_prefix.clone().unwrap_or_else(|| "slackgate".into());
+        if key_prefix.is_empty() || key_prefix.contains(['{', '}', ' ']) {
+            return Err(self.err("redis.key_prefix", "must be non-empty, without braces or spaces"));
+        }
+        let shards = r.shards.unwrap_or(1);
+        if !(1..=1024).contains(&shards) {
+            return Err(self.err("redis.shards", "must be between 1 and 1024"));
+        }
+        Ok(RedisConfig { target, key_prefix, shards })
+    }
+
+    fn app(&self, i: usize, a: &AppSection) -> Result<AppConfig, ConfigError> {
+        let key = |k: &str| format!("app[{i}].{k}");
+        let name = a.name.clone().ok_or_else(|| self.err(&key("name"), "is required"))?;
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(self.err(&key("name"), "use letters, digits, '-' and '_' only"));
+        }
+        let secrets = self.secrets(i, a)?;
+        let upstream_text = a.upstream.as_deref().ok_or_else(|| self.err(&key("upstream"), "is required"))?;
+        let upstream = parse_upstream(upstream_text).map_err(|m| self.err(&key("upstream"), m))?;
+        let path = |k: &str, v: &Option<String>| -> Result<String, ConfigError> {
+            let p = v.clone().unwrap_or_else(|| "/slack/events".into());
+            check_path(&p).map_err(|m| self.err(&key(k), m))?;
+            Ok(p)
+        };
+        let events_path = path("events_path", &a.events_path)?;
+        let commands_path = path("commands_path", &a.commands_path)?;
+        let interactivity_path = path("interactivity_path", &a.interactivity_path)?;
+        for (j, p) in a.passthrough.iter().enumerate() {
+            check_path(p).map_err(|m| self.err(&key(&format!("passthrough[{j}]")), m))?;
+        }
+        let receipt_ttl = self.duration(&key("dedupe.ttl"), &a.dedupe.ttl, Duration::from_secs(25 * 3600))?;
+        if receipt_ttl < Duration::from_secs(60) {
+            return Err(self.err(&key("dedupe.ttl"), "must be at least 1m (Slack retries for up to 24h with Delayed Events)"));
+        }
+        let delivery = self.delivery(i, a)?;
+        Ok(AppConfig {
+            name,
+            secrets,
+            upstream,
+            events_path,
+            commands_path,
+            interactivity_path,
+            passthrough: a.passthrough.clone(),
+            receipt_ttl,
+            delivery,
+        })
+    }
+
+    fn secrets(&self, i: usize, a: &AppSection) -> Result<Vec<Secret>, ConfigError> {
+        let key = |k: &str| format!("app[{i}].{k}");
+        let values: Vec<String> = match (&a.signing_secret, &a.signing_secret_file) {
+            (Some(_), Some(_)) => {
+                return Err(self.err(&key("signing_secret"), "set signing_secret or signing_secret_file, not both"));
+            }
+            (None, None) => return Err(self.err(&key("signing_secret"), "is required (or signing_secret_file)")),
+            (Some(OneOrMany::One(s)), None) => vec![s.clone()],
+            (Some(OneOrMany::Many(v)), None) => v.clone(),
+            (None, Some(f)) => {
+                let p = self.base.map(|b| b.join(f)).unwrap_or_else(|| PathBuf::from(f));
+                let text = std::fs::read_to_string(&p).map_err(|e| self.err(&key("signing_secret_file"), format!("cannot read {}: {e}", p.display())))?;
+                text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
+            }
+        };
+        let mut secrets = Vec::new();
+        for (j, v) in values.iter().enumerate() {
+            let k = if values.len() > 1 { key(&format!("signing_secret[{j}]")) } else { key("signing_secret") };
+            if a.signing_secret.is_some() && !v.contains("${") {
+                return Err(self.err(&k, "write \"${ENV_VAR}\" (or use signing_secret_file): secrets never live in gateway.toml itself"));
+            }
+            let value = interpolate(v).map_err(|m| self.err(&k, m))?;
+            if value.is_empty() {
+                return Err(self.err(&k, "is empty"));
+            }
+            secrets.push(Secret::new(&value));
+        }
+        if secrets.is_empty() {
+            return Err(self.err(&key("signing_secret"), "no secret given"));
+        }
+        Ok(secrets)
+    }
+
+    fn delivery(&self, i: usize, a: &AppSection) -> Result<DeliveryConfig, ConfigError> {
+        let d = &a.delivery;
+        let key = |k: &str| format!("app[{i}].delivery.{k}");
+        let timeout = self.duration(&key("timeout"), &d.timeout, Duration::from_secs(10))?;
+        let retry_initial = self.duration(&key("retry_initial"), &d.retry_initial, Duration::from_secs(1))?;
+        let retry_max = self.duration(&key("retry_max"), &d.retry_max, Duration::from_secs(300))?;
+        let give_up_after = self.duration(&key("give_up_after"), &d.give_up_after, Duration::from_secs(24 * 3600))?;
+        let lease = self.duration(&key("lease"), &d.lease, Duration::from_secs(60).max(timeout * 2))?;
+        let max_in_flight = d.max_in_flight.unwrap_or(32);
+        if timeout.is_zero() {
+            return Err(self.err(&key("timeout"), "must be above 0"));
+        }
+        if lease <= timeout {
+            return Err(self.err(&key("lease"), "must be longer than delivery.timeout"));
+        }
+        if retry_initial.is_zero() || retry_initial > retry_max {
+            return Err(self.err(&key("retry_initial"), "must be above 0 and at most retry_max"));
+        }
+        if !(1..=10_000).contains(&max_in_flight) {
+            return Err(self.err(&key("max_in_flight"), "must be between 1 and 10000"));
+        }
+        Ok(DeliveryConfig { timeout, max_in_flight, retry_initial, retry_max, give_up_after, lease })
+    }
+}
+
+/// Replace each `${NAME}` with the environment variable's value; an unset variable is an error.
+pub fn interpolate(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or("unclosed `${`")?;
+        let name = &after[..end];
+        let value = std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn check_addr(addr: &str) -> Result<(), String> {
+    addr.parse::<std::net::SocketAddr>()
+        .map(|_| ())
+        .map_err(|_| format!("`{addr}` is not an ip:port address"))
+}
+
+fn check_path(p: &str) -> Result<(), String> {
+    if !p.starts_with('/') || p.contains(['?', '#', ' ']) {
+        return Err(format!("`{p}` must be an absolute path without query"));
+    }
+    Ok(())
+}
+
+fn parse_upstream(text: &str) -> Result<Upstream, String> {
+    let url = url::Url::parse(text).map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+    let tls = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        s => return Err(format!("scheme `{s}` is not supported (http or https)")),
+    };
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) => d.to_string(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        None => return Err(format!("`{text}` has no host")),
+    };
+    let port = url.port_or_known_default().ok_or("no port")?;
+    if url.query().is_some() || !url.username().is_empty() {
+        return Err(format!("`{text}` must not carry a query or credentials"));
+    }
+    let path = match url.path() {
+        "" | "/" => None,
+        p => Some(p.to_string()),
+    };
+    Ok(Upstream { url: text.to_string(), tls, host, port, path })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,280 @@
+//! Delivery workers: take leased entries from each app shard's outbox, send them through the
+//! upstream client, and complete, reschedule or dead-letter them — fenced, so only the current
+//! lease holder's word counts. Safety never depends on cleanup code: an abandoned entry is simply
+//! re-claimed by a live worker once its lease runs out.
+
+pub mod policy;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::sync::{watch, Semaphore};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::config::{AppConfig, Config};
+use crate::metrics::{status_class, METRICS};
+use crate::outbox::{self, Finish, Lease, ShardKeys, Store};
+use crate::upstream::{Outgoing, UpstreamClient};
+use policy::Verdict;
+
+/// How long one blocking read waits for new entries.
+const READ_BLOCK: Duration = Duration::from_secs(1);
+/// How often due retries are moved back onto the stream.
+const PROMOTE_EVERY: Duration = Duration::from_millis(200);
+const BATCH: usize = 64;
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// The background service that runs every app's workers in this process.
+pub struct DeliveryService {
+    config: Arc<Config>,
+    redis_url: String,
+    consumer: String,
+}
+
+impl DeliveryService {
+    pub fn new(config: Arc<Config>, redis_url: String) -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let consumer = format!("{}-{}-{:08x}", host.trim(), std::process::id(), rand::random::<u32>());
+        DeliveryService { config, redis_url, consumer }
+    }
+}
+
+/// What every task of one app shard shares.
+struct Shard {
+    app: Arc<AppConfig>,
+    keys: ShardKeys,
+    store: Store,
+    client: Arc<UpstreamClient>,
+    permits: Arc<Semaphore>,
+    consumer: String,
+}
+
+#[async_trait]
+impl BackgroundService for DeliveryService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let store = match outbox::connect_lazy(&self.redis_url, Duration::from_secs(2)) {
+            Ok(c) => Store::new(c),
+            Err(e) => return warn!(error = %e, "delivery workers cannot start"),
+        };
+        let client = Arc::new(UpstreamClient::new());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut pools = Vec::new();
+        for app in &self.config.apps {
+            let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
+            pools.push((permits.clone(), app.delivery.max_in_flight));
+            for shard in 0..self.config.redis.shards {
+                let s = Arc::new(Shard {
+                    app: app.clone(),
+                    keys: ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard),
+                    store: store.clone(),
+                    client: client.clone(),
+                    permits: permits.clone(),
+                    consumer: self.consumer.clone(),
+                });
+                let url = self.redis_url.clone();
+                tasks.spawn(read_loop(s.clone(), url, stop_rx.clone()));
+                tasks.spawn(maintain_loop(s, stop_rx.clone()));
+            }
+        }
+        info!(consumer = %self.consumer, "delivery workers started");
+        let _ = shutdown.changed().await;
+        let _ = stop_tx.send(true);
+        while tasks.join_next().await.is_some() {}
+        // In-flight attempts get the grace period; whatever is still running is abandoned and
+        // its entries are re-claimed by a live worker when their leases run out.
+        let grace = self.config.server.shutdown_grace;
+        let drained = tokio::time::timeout(grace, async {
+            for (permits, n) in &pools {
+                let _ = permits.acquire_many(*n as u32).await;
+            }
+        });
+        if drained.await.is_err() {
+            warn!("shutdown grace over with attempts in flight; their leases will expire");
+        }
+        info!("delivery workers stopped");
+    }
+}
+
+async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) {
+    // Its own connection: a blocking XREADGROUP would stall a shared multiplexed one.
+    let mut conn = match outbox::connect_lazy(&url, READ_BLOCK + Duration::from_secs(2)) {
+        Ok(c) => c,
+        Err(e) => return warn!(error = %e, "reader cannot connect"),
+    };
+    let mut pause = Duration::from_millis(100);
+    while !*stop.borrow() {
+        let first = tokio::select! {
+            p = s.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            _ = stop.changed() => break,
+        };
+        let count = (1 + s.permits.available_permits()).min(BATCH);
+        let read = async {
+            s.store.ensure_group(&s.keys).await?;
+            outbox::read_new(&mut conn, &s.keys, &s.consumer, count, READ_BLOCK).await
+        };
+        let leases = tokio::select! {
+            r = read => r,
+            _ = stop.changed() => break,
+        };
+        match leases {
+            Ok(leases) => {
+                pause = Duration::from_millis(100);
+                spawn_attempts(&s, leases, Some(first)).await;
+            }
+            Err(e) => {
+                METRICS.store_errors.with_label_values(&[&s.app.name, "read"]).inc();
+                warn!(app = %s.app.name, error = %e, "outbox read failed");
+                drop(first);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Promote due retries often; re-claim expired leases every quarter lease.
+async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>) {
+    let reclaim_every = (s.app.delivery.lease / 4).max(Duration::from_millis(250));
+    let mut last_reclaim = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(PROMOTE_EVERY) => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = s.store.promote(&s.keys, now_ms(), 1000).await {
+            METRICS.store_errors.with_label_values(&[&s.app.name, "promote"]).inc();
+            debug!(app = %s.app.name, error = %e, "promote failed");
+        }
+        if last_reclaim.elapsed() < reclaim_every {
+            continue;
+        }
+        last_reclaim = tokio::time::Instant::now();
+        let room = s.permits.available_permits().min(BATCH);
+        if room == 0 {
+            continue;
+        }
+        match s.store.reclaim(&s.keys, &s.consumer, s.app.delivery.lease, room).await {
+            Ok(leases) if !leases.is_empty() => {
+                info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
+                spawn_attempts(&s, leases, None).await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                METRICS.store_errors.with_label_values(&[&s.app.name, "reclaim"]).inc();
+                debug!(app = %s.app.name, error = %e, "reclaim failed");
+            }
+        }
+    }
+}
+
+async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut first: Option<tokio::sync::OwnedSemaphorePermit>) {
+    for lease in leases {
+        let permit = match first.take() {
+            Some(p) => p,
+            None => s.permits.clone().acquire_owned().await.expect("semaphore is never closed"),
+        };
+        let s = s.clone();
+        let span = info_span!("delivery", app = %s.app.name, delivery = %lease.delivery, token = lease.token);
+        tokio::spawn(
+            async move {
+                attempt(&s, lease).await;
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// One attempt for one leased entry, start to fenced finish.
+async fn attempt(s: &Shard, lease: Lease) {
+    let app = &s.app.name;
+    let stored = match s.store.load(&s.keys, &lease.delivery).await {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            // The delivery's record is gone (cancelled or already completed): drop the entry.
+            let _ = s.store.finish(&s.keys, &s.consumer, &lease, Finish::Done).await;
+            return;
+        }
+        Err(e) => {
+            METRICS.store_errors.with_label_values(&[app, "load"]).inc();
+            return warn!(error = %e, "cannot load delivery; its lease will expire and it will be retried");
+        }
+    };
+    let attempt_no = stored.retries + lease.token;
+    let out = Outgoing {
+        upstream: &s.app.upstream,
+        path: &stored.path,
+        content_type: &stored.content_type,
+        body: stored.body.clone(),
+        secret: &s.app.secrets[0],
+        delivery_id: &lease.delivery,
+        attempt: attempt_no,
+    };
+    let started = std::time::Instant::now();
+    let result = tokio::select! {
+        r = s.client.send(out, s.app.delivery.timeout) => r,
+        _ = keep_lease(s, &lease) => return,
+    };
+    METRICS.attempt_seconds.with_label_values(&[app]).observe(started.elapsed().as_secs_f64());
+    let class = match &result {
+        Ok(r) => status_class(r.status),
+        Err(crate::upstream::SendError::Timeout) => "timeout",
+        Err(_) => "error",
+    };
+    METRICS.upstream_responses.with_label_values(&[app, class]).inc();
+    let now = now_ms();
+    let verdict = policy::judge(&result);
+    let (finish, outcome) = match &verdict {
+        Verdict::Delivered => (Finish::Done, "delivered"),
+        Verdict::Final { status, error } => (Finish::Dead { now_ms: now, status, error }, "final_4xx"),
+        Verdict::Retry { status, error, .. } if policy::given_up(&s.app.delivery, stored.received_ms, now) => {
+            (Finish::Dead { now_ms: now, status, error }, "dead")
+        }
+        Verdict::Retry { status, error, after } => {
+            let delay = policy::backoff(&s.app.delivery, stored.retries, *after, rand::random::<f64>());
+            (Finish::Retry { due_ms: now + delay.as_millis() as u64, status, error }, "retry")
+        }
+    };
+    match s.store.finish(&s.keys, &s.consumer, &lease, finish).await {
+        Ok(true) => {
+            METRICS.deliveries.with_label_values(&[app, outcome]).inc();
+            if outcome == "delivered" {
+                let lag = now.saturating_sub(stored.received_ms) as f64 / 1000.0;
+                METRICS.delivered_lag_seconds.with_label_values(&[app]).observe(lag);
+            }
+            info!(attempt = attempt_no, outcome, "attempt finished");
+        }
+        Ok(false) => {
+            METRICS.fence_rejections.with_label_values(&[app]).inc();
+            warn!(attempt = attempt_no, outcome, "lease was taken by another worker; result discarded");
+        }
+        Err(e) => {
+            METRICS.store_errors.with_label_values(&[app, "finish"]).inc();
+            warn!(attempt = attempt_no, error = %e, "cannot record the outcome; the lease will expire and the entry be retried");
+        }
+    }
+}
+
+/// Extend the lease every third of its length while an attempt runs. Returns only when the
+/// lease is lost, which abandons the attempt: its result could not be recorded anyway.
+async fn keep_lease(s: &Shard, lease: &Lease) {
+    let every = s.app.delivery.lease / 3;
+    loop {
+        tokio::time::sleep(every).await;
+        match s.store.extend(&s.keys, &s.consumer, lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                METRICS.fence_rejections.with_label_values(&[&s.app.name]).inc();
+                return warn!("lease lost during the attempt; abandoning it");
+            }
+            Err(e) => debug!(error = %e, "lease extension failed; will try again"),
+        }
+    }
+}

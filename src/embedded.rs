@@ -1,0 +1,91 @@
+//! The embedded Redis for laptops and demos: a private `redis-server` child on a Unix socket
+//! under the data directory (no TCP port, so nothing else can reach it), AOF on, stopped with
+//! `SHUTDOWN` (which flushes the AOF) when the gateway exits. Production points `[redis] url`
+//! at a real Redis instead.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error("cannot create data dir {0}: {1}")]
+    DataDir(PathBuf, std::io::Error),
+    #[error("cannot start redis-server ({0}); install it (apt-get install redis-server) or set [redis] url")]
+    Spawn(std::io::Error),
+    #[error("redis-server did not come up within 10s; see {0}")]
+    NotReady(PathBuf),
+}
+
+pub struct EmbeddedRedis {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl EmbeddedRedis {
+    pub fn start(data_dir: &Path) -> Result<Self, EmbeddedError> {
+        std::fs::create_dir_all(data_dir).map_err(|e| EmbeddedError::DataDir(data_dir.into(), e))?;
+        let dir = data_dir.canonicalize().map_err(|e| EmbeddedError::DataDir(data_dir.into(), e))?;
+        let socket = dir.join("redis.sock");
+        // A server left behind by a gateway that was killed still owns the AOF: stop it first.
+        if ping(&socket) {
+            shutdown(&socket);
+        }
+        let child = Command::new("redis-server")
+            .args(["--port", "0", "--unixsocketperm", "700", "--appendonly", "yes", "--save", ""])
+            .arg("--unixsocket")
+            .arg(&socket)
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(EmbeddedError::Spawn)?;
+        let mut me = EmbeddedRedis { child, socket };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ping(&me.socket) {
+            if Instant::now() > deadline || matches!(me.child.try_wait(), Ok(Some(_))) {
+                let _ = me.child.kill();
+                return Err(EmbeddedError::NotReady(dir.join("redis.log")));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(me)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis+unix://{}", self.socket.display())
+    }
+
+    /// Flush and stop the child; kill it if it does not go within 5 s.
+    pub fn stop(mut self) {
+        shutdown(&self.socket);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client(socket: &Path) -> Option<redis::Connection> {
+    let url = format!("redis+unix://{}", socket.display());
+    redis::Client::open(url).ok()?.get_connection_with_timeout(Duration::from_millis(200)).ok()
+}
+
+fn ping(socket: &Path) -> bool {
+    client(socket).is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+}
+
+fn shutdown(socket: &Path) {
+    if let Some(mut c) = client(socket) {
+        // The server closes the connection as it exits, so the reply is an error by design.
+        let _ = redis::cmd("SHUTDOWN").query::<()>(&mut c);
+    }
+}

@@ -1,0 +1,249 @@
+//! The Slack-facing side, on Pingora: route by path, read the body under a cap, verify the
+//! signature, classify, record in one Redis round trip, ack. Passthrough paths are plainly
+//! reverse-proxied to the app's bot. Every answer here is decided by [`Ingress::answer`]; the
+//! trait methods only move bytes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use pingora::http::ResponseHeader;
+use pingora::prelude::*;
+use pingora::proxy::{ProxyHttp, Session};
+use tracing::{debug, info, warn};
+
+use crate::config::{AppConfig, Config, RouteKind};
+use crate::delivery::now_ms;
+use crate::metrics::METRICS;
+use crate::outbox::{self, NewDelivery, Recorded, ShardKeys, Store};
+use crate::slack::{self, Request};
+
+pub struct Ingress {
+    config: Arc<Config>,
+    routes: HashMap<String, (usize, RouteKind)>,
+    redis_url: String,
+    /// Created on first use, on this service's runtime (see `outbox::connect_lazy`).
+    store: OnceLock<Store>,
+}
+
+/// Per-request state: which app the path belongs to, for passthrough and logging.
+pub struct Ctx {
+    app: Option<usize>,
+}
+
+/// What the gateway answers Slack, and how it is counted.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Bytes,
+    pub kind: &'static str,
+    pub outcome: &'static str,
+}
+
+impl Answer {
+    fn empty(status: u16, kind: &'static str, outcome: &'static str) -> Self {
+        Answer { status, content_type: "text/plain", body: Bytes::new(), kind, outcome }
+    }
+    fn text(status: u16, kind: &'static str, outcome: &'static str, msg: &'static str) -> Self {
+        Answer { body: Bytes::from_static(msg.as_bytes()), ..Self::empty(status, kind, outcome) }
+    }
+}
+
+impl Ingress {
+    pub fn new(config: Arc<Config>, redis_url: String) -> Self {
+        Ingress { routes: config.routes(), config, redis_url, store: OnceLock::new() }
+    }
+
+    fn store(&self) -> Result<&Store, outbox::StoreError> {
+        if let Some(s) = self.store.get() {
+            return Ok(s);
+        }
+        let conn = outbox::connect_lazy(&self.redis_url, self.config.server.ack_budget)?;
+        Ok(self.store.get_or_init(|| Store::new(conn)))
+    }
+
+    /// Everything between the request line and the answer for one Slack route.
+    async fn answer(&self, session: &mut Session, app: &AppConfig) -> Answer {
+        if session.req_header().method != http::Method::POST {
+            return Answer::text(405, "unknown", "bad_method", "method not allowed\n");
+        }
+        let body = match read_body(session, self.config.server.max_body).await {
+            Ok(b) => b,
+            Err(answer) => return answer,
+        };
+        let header = |name: &str| session.req_header().headers.get(name).map(|v| v.as_bytes());
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+        if let Err(e) = slack::verify(
+            &app.secrets,
+            header("x-slack-request-timestamp"),
+            header("x-slack-signature"),
+            &body,
+            now,
+        ) {
+            debug!(app = %app.name, reason = %e, "refused unsigned request");
+            return Answer::text(401, "unknown", "unauthorized", "invalid signature\n");
+        }
+        let content_type = header("content-type").unwrap_or_default().to_vec();
+        let request = match slack::classify(&content_type, &body) {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(app = %app.name, reason = %e, "unparseable payload");
+                return Answer::text(400, "unknown", "bad_request", "unparseable payload\n");
+            }
+        };
+        if let Some(num) = header("x-slack-retry-num") {
+            let reason = header("x-slack-retry-reason").map(String::from_utf8_lossy).unwrap_or_default();
+            let reason = match reason.as_ref() {
+                "http_timeout" | "http_error" | "connection_failed" | "ssl_error" | "too_many_redirects" => reason,
+                _ => "other".into(),
+            };
+            METRICS.slack_retries.with_label_values(&[app.name.as_str(), reason.as_ref()]).inc();
+            debug!(app = %app.name, retry = %String::from_utf8_lossy(num), "slack retry");
+        }
+        match request {
+            Request::UrlVerification { challenge } => {
+                let body = serde_json::json!({ "challenge": challenge }).to_string();
+                Answer { content_type: "application/json", body: body.into(), ..Answer::empty(200, "url_verification", "answered") }
+            }
+            Request::SslCheck => Answer::empty(200, "ssl_check", "answered"),
+            Request::RateLimited => {
+                warn!(app = %app.name, "Slack reports app_rate_limited: it is dropping events for this app");
+                Answer::empty(200, "app_rate_limited", "ignored")
+            }
+            Request::Delivery(d) => self.record(session, app, &d, &content_type, body).await,
+        }
+    }
+
+    /// The one Redis round trip before the ack, bounded by the pre-ack budget.
+    async fn record(&self, session: &Session, app: &AppConfig, d: &slack::Delivery, ct: &[u8], body: Bytes) -> Answer {
+        let kind = d.kind.as_str();
+        let shard = outbox::shard_of(&d.receipt, self.config.redis.shards);
+        let keys = ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard);
+        let id = format!("{shard}-{:016x}", rand::random::<u64>());
+        let path = session.req_header().uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let new = NewDelivery {
+            id: &id,
+            receipt: &d.receipt,
+            body: &body,
+            content_type: ct,
+            path,
+            kind: d.kind,
+            received_ms: now_ms(),
+            ttl: app.receipt_ttl,
+        };
+        let recorded = match self.store() {
+            Ok(store) => tokio::time::timeout(self.config.server.ack_budget, store.record(&keys, &new)).await,
+            Err(e) => Ok(Err(e)),
+        };
+        match recorded {
+            Ok(Ok(Recorded::New)) => {
+                info!(app = %app.name, kind, detail = %d.detail, receipt = %d.receipt, delivery = %id, "accepted");
+                Answer::empty(200, kind, "accepted")
+            }
+            Ok(Ok(Recorded::Duplicate(original))) => {
+                info!(app = %app.name, kind, receipt = %d.receipt, delivery = %original, "duplicate absorbed");
+                Answer::empty(200, kind, "duplicate")
+            }
+            Ok(Err(e)) => {
+                METRICS.store_errors.with_label_values(&[&app.name, "record"]).inc();
+                warn!(app = %app.name, error = %e, "cannot record; answering 503 so Slack retries");
+                Answer::text(503, kind, "store_unavailable", "store unavailable\n")
+            }
+            Err(_) => {
+                METRICS.store_errors.with_label_values(&[&app.name, "record_timeout"]).inc();
+                warn!(app = %app.name, "record exceeded the pre-ack budget; answering 503 so Slack retries");
+                Answer::text(503, kind, "store_unavailable", "store unavailable\n")
+            }
+        }
+    }
+}
+
+/// Read the whole body, refusing more than `max` bytes with 413.
+async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Answer> {
+    let too_large = || Answer::text(413, "unknown", "too_large", "payload too large\n");
+    let declared = session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > max {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body.freeze()),
+            Err(_) => return Err(Answer::text(400, "unknown", "bad_request", "cannot read body\n")),
+        }
+    }
+}
+
+async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
+    let mut resp = ResponseHeader::build(answer.status, Some(2))?;
+    resp.insert_header("Content-Type", answer.content_type)?;
+    resp.insert_header("Content-Length", answer.body.len().to_string())?;
+    if answer.status >= 400 {
+        // The request body may be unread; never reuse such a connection.
+        session.set_keepalive(None);
+    }
+    session.write_response_header(Box::new(resp), answer.body.is_empty()).await?;
+    if !answer.body.is_empty() {
+        session.write_response_body(Some(answer.body.clone()), true).await?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ProxyHttp for Ingress {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx { app: None }
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let started = Instant::now();
+        let route = self.routes.get(session.req_header().uri.path()).copied();
+        let (app, answer) = match route {
+            Some((i, RouteKind::Passthrough)) => {
+                ctx.app = Some(i);
+                return Ok(false);
+            }
+            Some((i, RouteKind::Slack)) => {
+                let app = &self.config.apps[i];
+                (app.name.as_str(), self.answer(session, app).await)
+            }
+            None => ("", Answer::text(404, "unknown", "not_found", "not found\n")),
+        };
+        respond(session, &answer).await?;
+        if !app.is_empty() {
+            METRICS.requests.with_label_values(&[app, answer.kind, answer.outcome]).inc();
+            METRICS.ack_seconds.with_label_values(&[app]).observe(started.elapsed().as_secs_f64());
+        }
+        Ok(true)
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let app = ctx.app.map(|i| &self.config.apps[i]).ok_or_else(|| Error::new(ErrorType::InternalError))?;
+        let up = &app.upstream;
+        let peer = HttpPeer::new((up.host.as_str(), up.port), up.tls, up.host.clone());
+        Ok(Box::new(peer))
+    }
+
+    async fn upstream_request_filter(&self, _session: &mut Session, req: &mut RequestHeader, ctx: &mut Ctx) -> Result<()> {
+        if let Some(app) = ctx.app.map(|i| &self.config.apps[i]) {
+            req.insert_header("Host", app.upstream.authority())?;
+        }
+        Ok(())
+    }
+}

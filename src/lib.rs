@@ -1,0 +1,32 @@
+//! slackgate: a gateway in front of unmodified Slack bots. It verifies each Slack delivery,
+//! records it durably in Redis, acks Slack in milliseconds and forwards the delivery to the bot,
+//! retrying until the bot answers 2xx. At-least-once, on purpose (see the README).
+//!
+//! # Layout
+//! Data flows one way: ingress → outbox → delivery → upstream.
+//! - [`config`]: `gateway.toml` → one validated [`config::Config`].
+//! - [`slack`]: pure rules — signatures, request classification, receipt keys.
+//! - [`ingress`]: Pingora `ProxyHttp` — route, verify, classify, record, ack; passthrough.
+//! - [`outbox`]: Redis scripts and streams — record, lease, fenced finish, retries, dead letters.
+//! - [`delivery`]: background workers and the retry policy.
+//! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot.
+//! - [`admin`], [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`embedded`]: the private `redis-server` for laptops.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod delivery;
+pub mod embedded;
+pub mod ingress;
+pub mod metrics;
+pub mod outbox;
+pub mod slack;
+pub mod upstream;
+
+/// Logs to stderr; `RUST_LOG` picks the level (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+}

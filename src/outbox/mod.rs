@@ -1,0 +1,313 @@
+//! The durable outbox in Redis: receipts that absorb Slack's retries, one stream per app shard
+//! with a consumer group whose pending list is the lease table, a sorted set of scheduled retries
+//! and a dead-letter stream. Knows no HTTP and no workers.
+//!
+//! Keys of one shard share the hash tag `{prefix:app:shard}`:
+//! `…:r:<receipt>` receipt (value: delivery id) · `…:outbox` stream (`d` = delivery id) ·
+//! `…:d:<id>` delivery hash (body, content type, path, kind, received-at, retries) ·
+//! `…:sched` zset of due retries · `…:dead` dead-letter stream.
+
+mod scripts;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script, Value};
+
+use crate::slack::Kind;
+
+/// The consumer group every gateway process joins.
+pub const GROUP: &str = "slackgate";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("unexpected reply from redis: {0}")]
+    Protocol(String),
+}
+
+/// The Redis keys of one app shard.
+#[derive(Debug, Clone)]
+pub struct ShardKeys {
+    tag: String,
+    pub stream: String,
+    pub sched: String,
+    pub dead: String,
+}
+
+impl ShardKeys {
+    pub fn new(prefix: &str, app: &str, shard: u16) -> Self {
+        let tag = format!("{{{prefix}:{app}:{shard}}}");
+        ShardKeys {
+            stream: format!("{tag}:outbox"),
+            sched: format!("{tag}:sched"),
+            dead: format!("{tag}:dead"),
+            tag,
+        }
+    }
+
+    pub fn receipt(&self, receipt: &str) -> String {
+        format!("{}:r:{receipt}", self.tag)
+    }
+
+    pub fn delivery(&self, id: &str) -> String {
+        format!("{}:d:{id}", self.tag)
+    }
+}
+
+/// Which shard a receipt key lives on: FNV-1a, stable across processes and versions.
+pub fn shard_of(key: &str, shards: u16) -> u16 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % u64::from(shards.max(1))) as u16
+}
+
+/// A verified delivery about to be recorded.
+pub struct NewDelivery<'a> {
+    pub id: &'a str,
+    pub receipt: &'a str,
+    pub body: &'a [u8],
+    pub content_type: &'a [u8],
+    pub path: &'a str,
+    pub kind: Kind,
+    pub received_ms: u64,
+    pub ttl: Duration,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Recorded {
+    New,
+    /// Seen before; carries the id of the original delivery.
+    Duplicate(String),
+}
+
+/// An entry this worker holds: `(consumer, token)` is its claim on it.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub entry: String,
+    pub delivery: String,
+    pub token: u64,
+}
+
+/// A delivery as stored, ready to send.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub body: Bytes,
+    pub content_type: String,
+    pub path: String,
+    pub kind: Kind,
+    pub received_ms: u64,
+    /// Attempts that already ended in a retry.
+    pub retries: u64,
+}
+
+/// How an attempt chain step ends.
+#[derive(Debug, Clone)]
+pub enum Finish<'a> {
+    Done,
+    Retry { due_ms: u64, status: &'a str, error: &'a str },
+    Dead { now_ms: u64, status: &'a str, error: &'a str },
+}
+
+/// The store handle: cheap to clone, one multiplexed connection underneath.
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    record: Script,
+    extend: Script,
+    finish: Script,
+    reclaim: Script,
+    promote: Script,
+}
+
+/// A ConnectionManager that connects on first use; call from the runtime that will use it
+/// (redis-rs drives the connection on the runtime that created it).
+pub fn connect_lazy(url: &str, response_timeout: Duration) -> Result<ConnectionManager, StoreError> {
+    let client = redis::Client::open(url)?;
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(response_timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    Ok(ConnectionManager::new_lazy_with_config(client, config)?)
+}
+
+impl Store {
+    pub fn new(conn: ConnectionManager) -> Self {
+        Store {
+            conn,
+            record: Script::new(scripts::RECORD),
+            extend: Script::new(scripts::EXTEND),
+            finish: Script::new(scripts::FINISH),
+            reclaim: Script::new(scripts::RECLAIM),
+            promote: Script::new(scripts::PROMOTE),
+        }
+    }
+
+    /// The one round trip before the ack: claim the receipt and append to the outbox, or report
+    /// a duplicate.
+    pub async fn record(&self, keys: &ShardKeys, d: &NewDelivery<'_>) -> Result<Recorded, StoreError> {
+        let (new, id): (i64, String) = self
+            .record
+            .key(keys.receipt(d.receipt))
+            .key(&keys.stream)
+            .key(keys.delivery(d.id))
+            .arg(d.ttl.as_millis() as u64)
+            .arg(d.id)
+            .arg(d.body)
+            .arg(d.content_type)
+            .arg(d.path)
+            .arg(d.kind.as_str())
+            .arg(d.received_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(if new == 1 { Recorded::New } else { Recorded::Duplicate(id) })
+    }
+
+    /// Create the consumer group if it is missing, reading from the start of the stream so
+    /// entries appended before any worker ran are not skipped.
+    pub async fn ensure_group(&self, keys: &ShardKeys) -> Result<(), StoreError> {
+        let r: Result<(), _> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&keys.stream)
+            .arg(GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut self.conn.clone())
+            .await;
+        match r {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
+    /// Load a delivery's stored fields; `None` when it no longer exists.
+    pub async fn load(&self, keys: &ShardKeys, delivery: &str) -> Result<Option<Stored>, StoreError> {
+        let map: std::collections::HashMap<String, Vec<u8>> = self.conn.clone().hgetall(keys.delivery(delivery)).await?;
+        if map.is_empty() {
+            return Ok(None);
+        }
+        let text = |k: &str| map.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
+        let num = |k: &str| text(k).parse::<u64>().unwrap_or(0);
+        Ok(Some(Stored {
+            body: Bytes::from(map.get("b").cloned().unwrap_or_default()),
+            content_type: text("ct"),
+            path: text("p"),
+            kind: Kind::parse(&text("k")),
+            received_ms: num("rcv"),
+            retries: num("n"),
+        }))
+    }
+
+    /// Keep holding an entry during a long attempt. `false`: the lease was lost.
+    pub async fn extend(&self, keys: &ShardKeys, consumer: &str, lease: &Lease) -> Result<bool, StoreError> {
+        let ok: i64 = self
+            .extend
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(&lease.entry)
+            .arg(consumer)
+            .arg(lease.token)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// Fenced completion. `false`: another worker holds the entry now, nothing was changed.
+    pub async fn finish(&self, keys: &ShardKeys, consumer: &str, lease: &Lease, how: Finish<'_>) -> Result<bool, StoreError> {
+        let (mode, at, status, error) = match how {
+            Finish::Done => ("done", 0, "", ""),
+            Finish::Retry { due_ms, status, error } => ("retry", due_ms, status, error),
+            Finish::Dead { now_ms, status, error } => ("dead", now_ms, status, error),
+        };
+        let ok: i64 = self
+            .finish
+            .key(&keys.stream)
+            .key(keys.delivery(&lease.delivery))
+            .key(&keys.sched)
+            .key(&keys.dead)
+            .arg(GROUP)
+            .arg(&lease.entry)
+            .arg(consumer)
+            .arg(lease.token)
+            .arg(mode)
+            .arg(&lease.delivery)
+            .arg(at)
+            .arg(status)
+            .arg(error)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// Take over entries idle longer than `lease`.
+    pub async fn reclaim(&self, keys: &ShardKeys, consumer: &str, lease: Duration, max: usize) -> Result<Vec<Lease>, StoreError> {
+        let flat: Vec<Value> = self
+            .reclaim
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(lease.as_millis() as u64)
+            .arg(max)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        flat.chunks_exact(3)
+            .map(|c| {
+                let entry: String = redis::from_redis_value_ref(&c[0])?;
+                let delivery: String = redis::from_redis_value_ref(&c[1])?;
+                let token: u64 = redis::from_redis_value_ref(&c[2])?;
+                Ok(Lease { entry, delivery, token })
+            })
+            .collect::<Result<_, redis::RedisError>>()
+            .map_err(StoreError::from)
+    }
+
+    /// Move due retries back onto the stream.
+    pub async fn promote(&self, keys: &ShardKeys, now_ms: u64, max: usize) -> Result<usize, StoreError> {
+        let n: usize = self
+            .promote
+            .key(&keys.sched)
+            .key(&keys.stream)
+            .arg(now_ms)
+            .arg(max)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(n)
+    }
+
+    /// PING, for readiness.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let _: String = redis::cmd("PING").query_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+}
+
+/// Read new entries for `consumer`, blocking up to `block` on a connection of its own
+/// (a blocking read would stall every other command on a shared multiplexed connection).
+pub async fn read_new(
+    conn: &mut ConnectionManager,
+    keys: &ShardKeys,
+    consumer: &str,
+    count: usize,
+    block: Duration,
+) -> Result<Vec<Lease>, StoreError> {
+    let opts = redis::streams::StreamReadOptions::default()
+        .group(GROUP, consumer)
+        .count(count)
+        .block(block.as_millis() as usize);
+    let reply: Option<redis::streams::StreamReadReply> = conn.xread_options(&[&keys.stream], &[">"], &opts).await?;
+    let mut out = Vec::new();
+    for key in reply.map(|r| r.keys).unwrap_or_default() {
+        for e in key.ids {
+            let delivery: String = e.get("d").unwrap_or_default();
+            // Fresh entries are handed out with a delivery count of 1.
+            out.push(Lease { entry: e.id, delivery, token: 1 });
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,187 @@
+//! What a verified Slack request is, decided from its body (never from the path alone: Bolt apps
+//! usually take events, commands and interactivity on one `/slack/events`), and the receipt key
+//! that absorbs Slack's retries of it.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// The kinds of delivery that are recorded and forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Event,
+    Command,
+    Interactivity,
+    /// Signed but of a shape we do not know: forwarded as is, never dropped.
+    Opaque,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Event => "event",
+            Kind::Command => "command",
+            Kind::Interactivity => "interactivity",
+            Kind::Opaque => "opaque",
+        }
+    }
+
+    pub fn parse(s: &str) -> Kind {
+        match s {
+            "event" => Kind::Event,
+            "command" => Kind::Command,
+            "interactivity" => Kind::Interactivity,
+            _ => Kind::Opaque,
+        }
+    }
+}
+
+/// A verified request, classified.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Answered by the gateway with the challenge; never stored.
+    UrlVerification { challenge: String },
+    /// `ssl_check=1`: answered 200 by the gateway.
+    SslCheck,
+    /// Slack telling us it is dropping events for this app: acked and counted.
+    RateLimited,
+    Delivery(Delivery),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub kind: Kind,
+    /// `e:<event_id>`, `t:<trigger_id>` or `h:<sha256 of the body>`.
+    pub receipt: String,
+    /// For logs: the inner event type, the command, or the interaction type.
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClassifyError {
+    #[error("body is not valid JSON")]
+    BadJson,
+    #[error("JSON body is not an object")]
+    NotObject,
+    #[error("form has neither `command` nor `payload`")]
+    UnknownForm,
+    #[error("`payload` is not a JSON object")]
+    BadPayload,
+}
+
+/// Ids longer than this are hashed rather than used raw in a Redis key.
+const MAX_ID_LEN: usize = 128;
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    challenge: Option<String>,
+    #[serde(default)]
+    event: Option<InnerEvent<'a>>,
+    #[serde(borrow, default)]
+    trigger_id: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct InnerEvent<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+}
+
+/// Classify a body that has already passed the signature check.
+pub fn classify(content_type: &[u8], body: &[u8]) -> Result<Request, ClassifyError> {
+    if is_json(content_type, body) {
+        classify_json(body)
+    } else {
+        classify_form(body)
+    }
+}
+
+fn is_json(content_type: &[u8], body: &[u8]) -> bool {
+    let ct = content_type.to_ascii_lowercase();
+    if ct.starts_with(b"application/json") {
+        return true;
+    }
+    if ct.starts_with(b"application/x-www-form-urlencoded") {
+        return false;
+    }
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+fn parse_object(bytes: &[u8]) -> Result<Envelope<'_>, ClassifyError> {
+    // serde's struct visitor would also accept a JSON array; only an object is a Slack payload.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ClassifyError::NotObject);
+    }
+    // serde_json stops at 128 levels of nesting, so hostile depth cannot exhaust the stack.
+    serde_json::from_slice(bytes).map_err(|_| ClassifyError::BadJson)
+}
+
+fn classify_json(body: &[u8]) -> Result<Request, ClassifyError> {
+    let env = parse_object(body)?;
+    let kind = env.kind.as_deref().unwrap_or("");
+    match kind {
+        "url_verification" => Ok(Request::UrlVerification { challenge: env.challenge.unwrap_or_default() }),
+        "app_rate_limited" => Ok(Request::RateLimited),
+        "event_callback" => {
+            let detail = env.event.and_then(|e| e.kind).map(Cow::into_owned).unwrap_or_default();
+            let receipt = match env.event_id.as_deref() {
+                Some(id) if !id.is_empty() => id_key('e', id),
+                _ => body_key(body),
+            };
+            Ok(Request::Delivery(Delivery { kind: Kind::Event, receipt, detail }))
+        }
+        other => Ok(Request::Delivery(Delivery { kind: Kind::Opaque, receipt: body_key(body), detail: other.to_string() })),
+    }
+}
+
+fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
+    let mut command = None;
+    let mut payload = None;
+    let mut trigger_id = None;
+    let mut ssl_check = false;
+    for (k, v) in form_urlencoded::parse(body) {
+        match &*k {
+            "command" => command = Some(v),
+            "payload" => payload = Some(v),
+            "trigger_id" => trigger_id = Some(v),
+            "ssl_check" => ssl_check = v == "1",
+            _ => {}
+        }
+    }
+    if ssl_check {
+        return Ok(Request::SslCheck);
+    }
+    if let Some(command) = command {
+        let receipt = trigger_id.filter(|t| !t.is_empty()).map(|t| id_key('t', &t)).unwrap_or_else(|| body_key(body));
+        return Ok(Request::Delivery(Delivery { kind: Kind::Command, receipt, detail: command.into_owned() }));
+    }
+    let payload = payload.ok_or(ClassifyError::UnknownForm)?;
+    let inner = parse_object(payload.as_bytes()).map_err(|_| ClassifyError::BadPayload)?;
+    let receipt = match inner.trigger_id.as_deref() {
+        Some(t) if !t.is_empty() => id_key('t', t),
+        _ => body_key(body),
+    };
+    let detail = inner.kind.map(Cow::into_owned).unwrap_or_default();
+    Ok(Request::Delivery(Delivery { kind: Kind::Interactivity, receipt, detail }))
+}
+
+fn id_key(tag: char, id: &str) -> String {
+    if id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic()) {
+        format!("{tag}:{id}")
+    } else {
+        format!("{tag}#{}", hex::encode(Sha256::digest(id.as_bytes())))
+    }
+}
+
+fn body_key(body: &[u8]) -> String {
+    format!("h:{}", hex::encode(Sha256::digest(body)))
+}
+
+#[cfg(test)]
+mod tests;
