@@ -74,7 +74,7 @@ impl Ingress {
             Ok(b) => b,
             Err(answer) => return answer,
         };
-        let header = |name: &str| session.req_header().headers.get(name).map(|v| v.as_bytes());
+        let header = |name: &str| single_header(session, name);
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
         if let Err(e) = slack::verify(
             &app.secrets,
@@ -158,6 +158,16 @@ impl Ingress {
                 Answer::text(503, kind, "store_unavailable", "store unavailable\n")
             }
         }
+    }
+}
+
+/// A header's value when it occurs exactly once: two signatures or two timestamps are not
+/// something Slack sends, so neither is trusted.
+fn single_header<'a>(session: &'a Session, name: &str) -> Option<&'a [u8]> {
+    let mut values = session.req_header().headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (Some(v), None) => Some(v.as_bytes()),
+        _ => None,
     }
 }
 

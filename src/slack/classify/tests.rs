@@ -1,0 +1,654 @@
+use super::*;
+
+const JSON: &[u8] = b"application/json";
+const FORM: &[u8] = b"application/x-www-form-urlencoded";
+
+fn sha_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn delivery(result: Result<Request, ClassifyError>) -> Delivery {
+    match result {
+        Ok(Request::Delivery(d)) => d,
+        other => panic!("expected a delivery, got {other:?}"),
+    }
+}
+
+fn form(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let mut s = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        s.append_pair(k, v);
+    }
+    s.finish().into_bytes()
+}
+
+/// A receipt made of a tag, `:` and the id as is.
+fn assert_raw_receipt(receipt: &str, tag: char, id: &str) {
+    assert_eq!(receipt, format!("{tag}:{id}"));
+}
+
+/// A receipt made of a tag, `#` and the sha256 hex of the id.
+fn assert_hashed_id(receipt: &str, tag: char, id: &str) {
+    assert_eq!(receipt, format!("{tag}#{}", sha_hex(id.as_bytes())));
+}
+
+fn assert_body_hash(receipt: &str, body: &[u8]) {
+    assert_eq!(receipt, format!("h:{}", sha_hex(body)));
+}
+
+// ---------------------------------------------------------------- JSON (Events API)
+
+#[test]
+fn url_verification_returns_the_challenge() {
+    let body = br#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
+    assert_eq!(
+        classify(JSON, body),
+        Ok(Request::UrlVerification {
+            challenge: "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P".into()
+        })
+    );
+}
+
+#[test]
+fn url_verification_without_challenge_gives_empty_challenge() {
+    assert_eq!(
+        classify(JSON, br#"{"type":"url_verification"}"#),
+        Ok(Request::UrlVerification {
+            challenge: String::new()
+        })
+    );
+}
+
+#[test]
+fn event_callback_receipt_is_event_id_and_detail_is_inner_type() {
+    let body = br#"{
+        "token": "z",
+        "team_id": "T123",
+        "api_app_id": "A123",
+        "event": {"type": "app_mention", "user": "U1", "text": "<@U0> hi", "ts": "1515449522.000016", "channel": "C1"},
+        "type": "event_callback",
+        "event_id": "Ev08MFMKH6",
+        "event_time": 1234567890
+    }"#;
+    let d = delivery(classify(JSON, body));
+    assert_eq!(d.kind, Kind::Event);
+    assert_raw_receipt(&d.receipt, 'e', "Ev08MFMKH6");
+    assert_eq!(d.detail, "app_mention");
+}
+
+#[test]
+fn event_callback_retries_share_a_receipt() {
+    let first =
+        br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message"},"event_time":1}"#;
+    let retry = br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message"},"event_time":1, "x":2}"#;
+    assert_eq!(
+        delivery(classify(JSON, first)).receipt,
+        delivery(classify(JSON, retry)).receipt
+    );
+}
+
+#[test]
+fn event_callback_without_event_id_falls_back_to_body_hash() {
+    let body = br#"{"type":"event_callback","event":{"type":"message"}}"#;
+    let d = delivery(classify(JSON, body));
+    assert_eq!(d.kind, Kind::Event);
+    assert_body_hash(&d.receipt, body);
+    assert_eq!(d.detail, "message");
+
+    let body = br#"{"type":"event_callback","event_id":"","event":{"type":"message"}}"#;
+    assert_body_hash(&delivery(classify(JSON, body)).receipt, body);
+}
+
+#[test]
+fn event_callback_without_inner_event_has_empty_detail() {
+    let d = delivery(classify(
+        JSON,
+        br#"{"type":"event_callback","event_id":"Ev2"}"#,
+    ));
+    assert_eq!(d.kind, Kind::Event);
+    assert_eq!(d.detail, "");
+    assert_raw_receipt(&d.receipt, 'e', "Ev2");
+}
+
+#[test]
+fn event_callback_with_escaped_strings() {
+    let body =
+        br#"{"type":"event_callback","event_id":"Ev\u0031","event":{"type":"mess\u0061ge"}}"#;
+    let d = delivery(classify(JSON, body));
+    assert_raw_receipt(&d.receipt, 'e', "Ev1");
+    assert_eq!(d.detail, "message");
+}
+
+#[test]
+fn long_event_id_is_hashed() {
+    let id = "E".repeat(129);
+    let body =
+        format!(r#"{{"type":"event_callback","event_id":"{id}","event":{{"type":"message"}}}}"#);
+    let d = delivery(classify(JSON, body.as_bytes()));
+    assert_hashed_id(&d.receipt, 'e', &id);
+    assert!(d.receipt.starts_with("e#"));
+    assert_eq!(d.receipt.len(), 2 + 64);
+
+    // Exactly the limit is still used as is.
+    let id = "E".repeat(128);
+    let body = format!(r#"{{"type":"event_callback","event_id":"{id}"}}"#);
+    assert_raw_receipt(&delivery(classify(JSON, body.as_bytes())).receipt, 'e', &id);
+}
+
+#[test]
+fn event_id_with_space_or_non_ascii_is_hashed() {
+    for id in ["Ev 1", "Ev\t1", "Év1", "Ev1\n"] {
+        let body = serde_json::json!({"type": "event_callback", "event_id": id}).to_string();
+        let d = delivery(classify(JSON, body.as_bytes()));
+        assert_hashed_id(&d.receipt, 'e', id);
+    }
+}
+
+#[test]
+fn app_rate_limited_is_rate_limited() {
+    let body = br#"{"token":"x","type":"app_rate_limited","team_id":"T1","minute_rate_limited":1518467820,"api_app_id":"A1"}"#;
+    assert_eq!(classify(JSON, body), Ok(Request::RateLimited));
+}
+
+#[test]
+fn unknown_json_type_is_opaque_with_body_hash() {
+    let body = br#"{"type":"something_new","event_id":"Ev9","data":[1,2,{"a":null}]}"#;
+    let d = delivery(classify(JSON, body));
+    assert_eq!(d.kind, Kind::Opaque);
+    assert_body_hash(&d.receipt, body);
+    assert_eq!(d.detail, "something_new");
+}
+
+#[test]
+fn json_object_without_type_is_opaque() {
+    let body = br#"{"hello":"world"}"#;
+    let d = delivery(classify(JSON, body));
+    assert_eq!(d.kind, Kind::Opaque);
+    assert_eq!(d.detail, "");
+    assert_body_hash(&d.receipt, body);
+
+    let d = delivery(classify(JSON, b"{}"));
+    assert_eq!(d.kind, Kind::Opaque);
+}
+
+#[test]
+fn json_non_objects_are_refused() {
+    for body in [
+        &b"[]"[..],
+        b"[1,2]",
+        br#"["type","event_callback"]"#,
+        br#""event_callback""#,
+        b"42",
+        b"-1.5e3",
+        b"true",
+        b"null",
+        b"  [ ]",
+    ] {
+        assert_eq!(
+            classify(JSON, body),
+            Err(ClassifyError::NotObject),
+            "body {:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
+#[test]
+fn invalid_json_is_bad_json() {
+    for body in [
+        &b"{"[..],
+        b"{\"type\":",
+        b"{\"type\":\"event_callback\",}",
+        b"{'a':1}",
+        b"{} trailing",
+        b"{\"a\":1}}",
+    ] {
+        assert_eq!(
+            classify(JSON, body),
+            Err(ClassifyError::BadJson),
+            "body {:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
+#[test]
+fn empty_body_is_refused() {
+    assert_eq!(classify(JSON, b""), Err(ClassifyError::NotObject));
+    assert_eq!(classify(FORM, b""), Err(ClassifyError::UnknownForm));
+    assert_eq!(classify(b"", b""), Err(ClassifyError::UnknownForm));
+}
+
+#[test]
+fn deeply_nested_json_does_not_overflow_the_stack() {
+    const DEPTH: usize = 100_000;
+    let open = "[".repeat(DEPTH);
+    let close = "]".repeat(DEPTH);
+
+    // Unclosed, in an ignored field and in fields we do read.
+    for field in ["x", "event", "type", "event_id", "challenge", "trigger_id"] {
+        let body = format!(r#"{{"{field}":{open}"#);
+        assert!(classify(JSON, body.as_bytes()).is_err(), "field {field}");
+    }
+    let body = format!(r#"{{"event":{}"#, r#"{"a":"#.repeat(DEPTH));
+    assert!(classify(JSON, body.as_bytes()).is_err());
+
+    // Balanced: whichever answer, no crash; an answer must be an opaque delivery.
+    for field in ["x", "event"] {
+        let body = format!(r#"{{"{field}":{open}{close}}}"#);
+        match classify(JSON, body.as_bytes()) {
+            Err(_) => {}
+            Ok(Request::Delivery(d)) => assert_eq!(d.kind, Kind::Opaque),
+            Ok(other) => panic!("unexpected {other:?}"),
+        }
+    }
+
+    // A top-level array is not an object, however deep.
+    assert_eq!(
+        classify(JSON, open.as_bytes()),
+        Err(ClassifyError::NotObject)
+    );
+
+    // The same inside an interactivity payload.
+    let payload = format!(r#"{{"type":"block_actions","x":{open}"#);
+    assert_eq!(
+        classify(FORM, &form(&[("payload", &payload)])),
+        Err(ClassifyError::BadPayload)
+    );
+}
+
+// ---------------------------------------------------------------- forms (commands, interactivity)
+
+#[test]
+fn slash_command_receipt_is_trigger_id() {
+    let body = form(&[
+        ("token", "x"),
+        ("team_id", "T1"),
+        ("channel_id", "C1"),
+        ("user_id", "U1"),
+        ("command", "/weather"),
+        ("text", "94070"),
+        ("response_url", "https://hooks.slack.com/commands/1234/5678"),
+        ("trigger_id", "13345224609.738474920.8088930838d88f008e0"),
+    ]);
+    let d = delivery(classify(FORM, &body));
+    assert_eq!(d.kind, Kind::Command);
+    assert_raw_receipt(&d.receipt, 't', "13345224609.738474920.8088930838d88f008e0");
+    assert_eq!(d.detail, "/weather");
+}
+
+#[test]
+fn slash_command_without_trigger_id_uses_body_hash() {
+    let body = form(&[("command", "/deploy"), ("text", "prod")]);
+    let d = delivery(classify(FORM, &body));
+    assert_eq!(d.kind, Kind::Command);
+    assert_body_hash(&d.receipt, &body);
+    assert_eq!(d.detail, "/deploy");
+
+    // Identical bodies, identical receipts; a different body, a different receipt.
+    let again = delivery(classify(FORM, &body));
+    assert_eq!(d.receipt, again.receipt);
+    let other = delivery(classify(
+        FORM,
+        &form(&[("command", "/deploy"), ("text", "staging")]),
+    ));
+    assert_ne!(d.receipt, other.receipt);
+
+    // An empty trigger_id counts as none.
+    let body = form(&[("command", "/deploy"), ("trigger_id", "")]);
+    assert_body_hash(&delivery(classify(FORM, &body)).receipt, &body);
+}
+
+#[test]
+fn slash_command_with_long_trigger_id_is_hashed() {
+    let trigger = "1".repeat(200);
+    let d = delivery(classify(
+        FORM,
+        &form(&[("command", "/x"), ("trigger_id", &trigger)]),
+    ));
+    assert_hashed_id(&d.receipt, 't', &trigger);
+}
+
+#[test]
+fn command_wins_over_payload() {
+    let body = form(&[
+        ("payload", r#"{"type":"block_actions"}"#),
+        ("command", "/x"),
+        ("trigger_id", "T1"),
+    ]);
+    let d = delivery(classify(FORM, &body));
+    assert_eq!(d.kind, Kind::Command);
+    assert_raw_receipt(&d.receipt, 't', "T1");
+}
+
+#[test]
+fn ssl_check_is_answered() {
+    assert_eq!(
+        classify(FORM, &form(&[("ssl_check", "1"), ("token", "x")])),
+        Ok(Request::SslCheck)
+    );
+    // Even alongside a command.
+    assert_eq!(
+        classify(FORM, &form(&[("command", "/x"), ("ssl_check", "1")])),
+        Ok(Request::SslCheck)
+    );
+    // ssl_check=0 is not a check.
+    assert_eq!(
+        classify(FORM, &form(&[("ssl_check", "0")])),
+        Err(ClassifyError::UnknownForm)
+    );
+}
+
+#[test]
+fn block_actions_receipt_is_trigger_id() {
+    let payload = r#"{"type":"block_actions","user":{"id":"U1"},"trigger_id":"12466734323.1395872398","actions":[{"action_id":"a","value":"v"}],"response_url":"https://hooks.slack.com/actions/x"}"#;
+    let d = delivery(classify(FORM, &form(&[("payload", payload)])));
+    assert_eq!(d.kind, Kind::Interactivity);
+    assert_raw_receipt(&d.receipt, 't', "12466734323.1395872398");
+    assert_eq!(d.detail, "block_actions");
+}
+
+#[test]
+fn view_submission_receipt_is_trigger_id() {
+    let payload = r#"{"type":"view_submission","team":{"id":"T1"},"user":{"id":"U1"},"view":{"id":"V1","state":{"values":{}}},"trigger_id":"1.2.abc"}"#;
+    let d = delivery(classify(FORM, &form(&[("payload", payload)])));
+    assert_eq!(d.kind, Kind::Interactivity);
+    assert_raw_receipt(&d.receipt, 't', "1.2.abc");
+    assert_eq!(d.detail, "view_submission");
+}
+
+#[test]
+fn block_suggestion_without_trigger_id_uses_body_hash() {
+    let body = form(&[(
+        "payload",
+        r#"{"type":"block_suggestion","action_id":"a","value":"que"}"#,
+    )]);
+    let d = delivery(classify(FORM, &body));
+    assert_eq!(d.kind, Kind::Interactivity);
+    assert_body_hash(&d.receipt, &body);
+    assert_eq!(d.detail, "block_suggestion");
+    assert_eq!(d.receipt, delivery(classify(FORM, &body)).receipt);
+}
+
+#[test]
+fn interactivity_payload_without_type_has_empty_detail() {
+    let d = delivery(classify(
+        FORM,
+        &form(&[("payload", r#"{"trigger_id":"T9"}"#)]),
+    ));
+    assert_eq!(d.kind, Kind::Interactivity);
+    assert_eq!(d.detail, "");
+    assert_raw_receipt(&d.receipt, 't', "T9");
+}
+
+#[test]
+fn form_without_command_or_payload_is_unknown() {
+    assert_eq!(
+        classify(FORM, &form(&[("token", "x"), ("text", "hi")])),
+        Err(ClassifyError::UnknownForm)
+    );
+    assert_eq!(classify(FORM, b"&&&==&"), Err(ClassifyError::UnknownForm));
+}
+
+#[test]
+fn payload_that_is_not_a_json_object_is_bad_payload() {
+    for payload in [
+        "not json",
+        "{",
+        r#"{"type":}"#,
+        "[]",
+        r#"[{"type":"block_actions"}]"#,
+        r#""block_actions""#,
+        "7",
+        "",
+        "null",
+    ] {
+        assert_eq!(
+            classify(FORM, &form(&[("payload", payload)])),
+            Err(ClassifyError::BadPayload),
+            "payload {payload:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- content type
+
+#[test]
+fn content_type_is_case_insensitive_and_may_carry_parameters() {
+    let body = br#"{"type":"app_rate_limited"}"#;
+    assert_eq!(
+        classify(b"Application/JSON; charset=utf-8", body),
+        Ok(Request::RateLimited)
+    );
+    let body = form(&[("ssl_check", "1")]);
+    assert_eq!(
+        classify(b"APPLICATION/X-WWW-FORM-URLENCODED; charset=utf-8", &body),
+        Ok(Request::SslCheck)
+    );
+}
+
+#[test]
+fn declared_content_type_beats_sniffing() {
+    // JSON declared, form body: not an object.
+    assert_eq!(
+        classify(JSON, &form(&[("ssl_check", "1")])),
+        Err(ClassifyError::NotObject)
+    );
+    // Form declared, JSON body: no command or payload.
+    assert_eq!(
+        classify(FORM, br#"{"type":"app_rate_limited"}"#),
+        Err(ClassifyError::UnknownForm)
+    );
+}
+
+#[test]
+fn content_type_is_sniffed_when_missing_or_unknown() {
+    for ct in [&b""[..], b"text/plain", b"application/octet-stream"] {
+        assert_eq!(
+            classify(ct, br#"{"type":"app_rate_limited"}"#),
+            Ok(Request::RateLimited)
+        );
+        assert_eq!(
+            classify(ct, b" \r\n\t{\"type\":\"app_rate_limited\"}"),
+            Ok(Request::RateLimited)
+        );
+        assert_eq!(
+            classify(ct, &form(&[("ssl_check", "1")])),
+            Ok(Request::SslCheck)
+        );
+        let d = delivery(classify(
+            ct,
+            &form(&[("command", "/x"), ("trigger_id", "T1")]),
+        ));
+        assert_eq!(d.kind, Kind::Command);
+        // A JSON array is not sniffed as JSON; as a form it has no command.
+        assert_eq!(classify(ct, b"[1]"), Err(ClassifyError::UnknownForm));
+    }
+}
+
+// ---------------------------------------------------------------- kinds
+
+#[test]
+fn kind_round_trips_through_its_name() {
+    for k in [
+        Kind::Event,
+        Kind::Command,
+        Kind::Interactivity,
+        Kind::Opaque,
+    ] {
+        assert_eq!(Kind::parse(k.as_str()), k);
+    }
+    assert_eq!(Kind::parse("nonsense"), Kind::Opaque);
+    assert_eq!(Kind::parse(""), Kind::Opaque);
+}
+
+#[test]
+fn receipt_prefixes_do_not_collide() {
+    let same = "X1";
+    let e = delivery(classify(
+        JSON,
+        br#"{"type":"event_callback","event_id":"X1"}"#,
+    ))
+    .receipt;
+    let t = delivery(classify(
+        FORM,
+        &form(&[("command", "/x"), ("trigger_id", same)]),
+    ))
+    .receipt;
+    assert_ne!(e, t);
+    assert!(e.starts_with("e:") && t.starts_with("t:"));
+}
+
+// ---------------------------------------------------------------- hostile bytes
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn check_invariants(ct: &[u8], body: &[u8]) {
+    // The point is that this returns at all; a delivery must also carry a well-formed receipt.
+    let Ok(Request::Delivery(d)) = classify(ct, body) else {
+        return;
+    };
+    let ok_prefix = ["e:", "e#", "t:", "t#", "h:"]
+        .iter()
+        .any(|p| d.receipt.starts_with(p));
+    assert!(ok_prefix, "receipt {:?}", d.receipt);
+    // Bounded and printable: safe inside a Redis key.
+    assert!(
+        d.receipt.len() <= 2 + MAX_ID_LEN.max(64),
+        "receipt {:?}",
+        d.receipt
+    );
+    assert!(
+        d.receipt.bytes().all(|b| b.is_ascii_graphic()),
+        "receipt {:?}",
+        d.receipt
+    );
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    const CTS: [&[u8]; 4] = [JSON, FORM, b"", b"text/plain"];
+    // Bytes that steer the parsers into their interesting branches.
+    const ALPHABET: &[u8] = b"{}[]\":,=&%+ \\u0aZ-.1ntfel\xff\xfe\xc3\x80";
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    for i in 0..4_000 {
+        let len = rng.below(160);
+        let structured = i % 2 == 0;
+        let mut body: Vec<u8> = (0..len)
+            .map(|_| {
+                if structured {
+                    ALPHABET[rng.below(ALPHABET.len())]
+                } else {
+                    rng.next() as u8
+                }
+            })
+            .collect();
+        if i % 3 == 0 {
+            body.insert(0, b'{');
+        }
+        for ct in CTS {
+            check_invariants(ct, &body);
+        }
+    }
+}
+
+#[test]
+fn mutated_valid_bodies_never_panic() {
+    let seeds: Vec<(&[u8], Vec<u8>)> = vec![
+        (
+            JSON,
+            br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message","text":"hi"}}"#
+                .to_vec(),
+        ),
+        (
+            JSON,
+            br#"{"type":"url_verification","challenge":"abc"}"#.to_vec(),
+        ),
+        (
+            FORM,
+            form(&[("command", "/x"), ("text", "a b"), ("trigger_id", "1.2.3")]),
+        ),
+        (
+            FORM,
+            form(&[(
+                "payload",
+                r#"{"type":"block_actions","trigger_id":"1.2","actions":[{"value":"é"}]}"#,
+            )]),
+        ),
+    ];
+    let mut rng = XorShift(0xDEAD_BEEF_CAFE_F00D);
+    for _ in 0..2_000 {
+        for (ct, seed) in &seeds {
+            let mut body = seed.clone();
+            for _ in 0..=rng.below(4) {
+                match rng.below(3) {
+                    0 if !body.is_empty() => {
+                        let at = rng.below(body.len());
+                        body[at] = rng.next() as u8;
+                    }
+                    1 if !body.is_empty() => {
+                        let at = rng.below(body.len());
+                        body.truncate(at);
+                    }
+                    _ => {
+                        let at = rng.below(body.len() + 1);
+                        body.insert(at, rng.next() as u8);
+                    }
+                }
+            }
+            check_invariants(ct, &body);
+            check_invariants(b"", &body);
+        }
+    }
+}
+
+#[test]
+fn invalid_utf8_never_panics() {
+    let bodies: [&[u8]; 8] = [
+        b"\xff\xfe\xfd",
+        b"{\xff}",
+        b"{\"type\":\"\xff\"}",
+        b"{\"type\":\"event_callback\",\"event_id\":\"\xc3\x28\"}",
+        b"command=\xff&trigger_id=\xfe",
+        b"command=%FF&trigger_id=%FE%80",
+        b"payload=%7B%22type%22%3A%22\xff%22%7D",
+        b"payload=\xc0\xaf",
+    ];
+    for body in bodies {
+        for ct in [JSON, FORM, b""] {
+            check_invariants(ct, body);
+        }
+    }
+    // Lossily decoded trigger ids are not printable ASCII, so they are hashed.
+    let d = delivery(classify(FORM, b"command=/x&trigger_id=%FF"));
+    assert!(d.receipt.starts_with("t#"), "{}", d.receipt);
+}
+
+#[test]
+#[ignore = "bug: a signed JSON object whose known fields have unexpected types is refused as BadJson instead of forwarded as Opaque"]
+fn unknown_shape_with_unexpected_field_types_is_opaque() {
+    for body in [
+        &br#"{"type":"something_new","event":"not an object"}"#[..],
+        br#"{"type":"something_new","event_id":123}"#,
+        br#"{"type":"something_new","trigger_id":{"a":1}}"#,
+        br#"{"type":"something_new","challenge":true}"#,
+    ] {
+        let d = delivery(classify(JSON, body));
+        assert_eq!(d.kind, Kind::Opaque);
+        assert_body_hash(&d.receipt, body);
+    }
+}

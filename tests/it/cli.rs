@@ -1,0 +1,82 @@
+//! The command line as an operator meets it: `check` on the shipped config, errors that name the
+//! file and the key, and `run` with the embedded Redis.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::utils::*;
+
+fn slackgate() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_slackgate"));
+    c.env_remove("SLACKGATE_REDIS_URL").env_remove("SLACKGATE_LISTEN").env_remove("SLACKGATE_ADMIN_LISTEN");
+    c
+}
+
+#[test]
+fn check_accepts_the_shipped_gateway_toml() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml");
+    let out = slackgate().args(["check", "--config", shipped]).env("SLACK_SIGNING_SECRET", "x").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("app bot -> http://127.0.0.1:8000"), "{stdout}");
+    assert!(stdout.contains("/slack/install"), "{stdout}");
+    assert!(!stdout.contains("x\n"), "secrets are never printed");
+}
+
+#[test]
+fn config_errors_name_the_file_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[server]\nlisten = \"0.0.0.0:3000\"\nbogus = 1\n[[app]]\nname=\"a\"\n", "unknown field `bogus`"),
+        ("[[app]]\nname = \"a\"\nsigning_secret = \"literal\"\nupstream = \"http://x\"\n", "app[0].signing_secret"),
+        ("[[app]]\nname = \"a\"\nsigning_secret = \"${SG_UNSET_VAR_FOR_TEST}\"\nupstream = \"http://x\"\n", "SG_UNSET_VAR_FOR_TEST is not set"),
+        ("[[app]]\nname = \"a\"\nsigning_secret = \"${HOME}\"\nupstream = \"ftp://x\"\n", "app[0].upstream"),
+        ("[[app]]\nname = \"a\"\nsigning_secret = \"${HOME}\"\nupstream = \"http://x\"\ndelivery = { timeout = \"10\" }\n", "app[0].delivery.timeout"),
+    ];
+    for (i, (toml, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&path, toml).unwrap();
+        let out = slackgate().args(["check", "--config"]).arg(&path).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "case {i} must fail");
+        assert!(stderr.contains(&path.display().to_string()), "case {i} names the file: {stderr}");
+        assert!(stderr.contains(want), "case {i} says `{want}`: {stderr}");
+    }
+    let out = slackgate().args(["check", "--config", "/nonexistent/gateway.toml"]).output().unwrap();
+    assert!(!out.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_no_redis_url_starts_and_stops_its_own_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = Receiver::start(SECRET).await;
+    let (port, admin) = (free_port(), free_port());
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!("[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n[[app]]\nname = \"bot\"\nsigning_secret = \"${{SG_TEST_SECRET}}\"\nupstream = \"{}\"\n", bot.url()),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let mut child = slackgate()
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data)
+        .env("SG_TEST_SECRET", SECRET)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = eventually(Duration::from_secs(15), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+    assert!(up, "gateway listens");
+    assert_eq!(send(port, Req::signed("/slack/events", event("EvEmbedded"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
+    let socket = data.join("redis.sock");
+    assert!(socket.exists() && data.join("appendonlydir").exists(), "AOF under --data-dir");
+
+    Command::new("kill").arg("-INT").arg(child.id().to_string()).status().unwrap();
+    let exited = eventually(Duration::from_secs(10), || matches!(child.try_wait(), Ok(Some(_)))).await;
+    assert!(exited, "gateway exits on SIGINT");
+    let gone = eventually(Duration::from_secs(5), || std::os::unix::net::UnixStream::connect(&socket).is_err()).await;
+    assert!(gone, "the embedded redis-server stopped with the gateway");
+}

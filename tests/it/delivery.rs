@@ -1,0 +1,176 @@
+//! Delivery to the bot: invariant 5 (the bot cannot tell), retries, dead letters, passthrough,
+//! and invariant 3's other half — a killed gateway loses nothing.
+
+use std::time::Duration;
+
+use crate::utils::*;
+
+async fn setup(name: &str, tweak: impl FnOnce(&mut GatewayConfig)) -> (RedisServer, Receiver, Gateway, String) {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
+    tweak(&mut cfg);
+    let gw = Gateway::start(&cfg).await;
+    (redis, bot, gw, cfg.prefix)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bot_gets_exactly_what_slack_sent_freshly_signed() {
+    let (_redis, bot, gw, _) = setup("same", |_| {}).await;
+    let body = event("EvSame1");
+    let old = unix_now() - 200; // Slack's delivery was delayed: the bot still gets a fresh timestamp.
+    let req = Req::signed_at("/slack/events?from=slack", body.clone(), SECRET, old)
+        .header("X-Slack-Retry-Num", "1")
+        .header("X-Slack-Retry-Reason", "http_timeout");
+    assert_eq!(send(gw.port, req).await.0, 200);
+    let form = b"token=x&command=%2Fdeploy&text=a+b%26c&trigger_id=9.9.9".to_vec();
+    assert_eq!(send(gw.port, Req::signed("/slack/events", form.clone(), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 2).await, "{}", gw.log());
+    let got = bot.received();
+    let ev = got.iter().find(|r| r.body.as_ref() == body.as_slice()).expect("event body byte for byte");
+    assert_eq!(ev.method, "POST");
+    assert_eq!(ev.path, "/slack/events?from=slack");
+    assert_eq!(ev.header("content-type").as_deref(), Some("application/json"));
+    assert!(ev.header("x-slack-retry-num").is_none() && ev.header("x-slack-retry-reason").is_none());
+    assert_eq!(ev.header("x-slackgate-attempt").as_deref(), Some("1"));
+    assert!(ev.header("x-slackgate-delivery").is_some());
+    let cmd = got.iter().find(|r| r.body.as_ref() == form.as_slice()).expect("form body byte for byte");
+    assert_eq!(cmd.header("content-type").as_deref(), Some("application/x-www-form-urlencoded"));
+    for r in &got {
+        assert!(r.signature_ok, "the bot's own signature check passes");
+        assert!(r.timestamp_fresh, "re-signed with a fresh timestamp");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_in_the_upstream_url_replaces_slacks_path() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("path"), &format!("{}/bolt/events", bot.url()));
+    let gw = Gateway::start(&cfg).await;
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvPath"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
+    assert_eq!(bot.received()[0].path, "/bolt/events");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_paths_are_reverse_proxied_unchanged() {
+    let (redis, bot, gw, _) = setup("pass", |_| {}).await;
+    let mut req = Req::signed("/slack/install?state=abc", Vec::new(), SECRET);
+    req.method = "GET";
+    req.headers.clear();
+    let (status, _) = send(gw.port, req).await;
+    assert_eq!(status, 200);
+    let got = bot.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].method.as_str(), got[0].path.as_str()), ("GET", "/slack/install?state=abc"));
+    assert!(redis.keys("*:r:*").is_empty(), "passthrough stores nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_that_is_down_then_back_gets_everything() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("down"), &format!("http://127.0.0.1:{port}"));
+    let gw = Gateway::start(&cfg).await;
+    const N: usize = 20;
+    for i in 0..N {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvDown{i:02}")), SECRET)).await.0, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await; // several failed attempts each
+    let bot = Receiver::start_on(port, SECRET).await;
+    assert!(eventually(Duration::from_secs(10), || bot.count() >= N).await, "{}", gw.log());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..N {
+        assert_eq!(bot.count_body(&format!("EvDown{i:02}")), 1);
+    }
+    assert!(bot.received().iter().all(|r| r.header("x-slackgate-attempt").unwrap().parse::<u32>().unwrap() > 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_and_timeouts_are_retried_until_2xx() {
+    let (redis, bot, gw, _) = setup("5xx", |c| c.delivery = r#"{ timeout = "500ms", retry_initial = "50ms", retry_max = "200ms", lease = "5s" }"#.into()).await;
+    bot.push(Reply::status(500));
+    bot.push(Reply::status(503));
+    bot.push(Reply::status(200).delay(Duration::from_secs(1))); // slower than the timeout
+    bot.push(Reply::status(408));
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvRetry"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 5).await, "{}", gw.log());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let got = bot.received();
+    assert_eq!(got.len(), 5, "no attempt after the 2xx");
+    let attempts: Vec<String> = got.iter().map(|r| r.header("x-slackgate-attempt").unwrap()).collect();
+    assert_eq!(attempts, ["1", "2", "3", "4", "5"]);
+    let ids: Vec<String> = got.iter().map(|r| r.header("x-slackgate-delivery").unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] == w[1]), "one stable delivery id");
+    assert!(redis.keys("*:d:*").is_empty(), "completed deliveries are removed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_errors_are_final_and_dead_lettered() {
+    let (redis, bot, gw, prefix) = setup("4xx", |_| {}).await;
+    bot.set_default(Reply::status(404)); // Bolt's answer to an event with no listener
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvFinal"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(bot.count(), 1, "a 404 is never retried");
+    let dead = format!("{{{prefix}:bot:0}}:dead");
+    assert_eq!(redis.xlen(&dead), 1);
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE").arg(&dead).arg("-").arg("+").query(&mut redis.conn()).unwrap();
+    let e = &entries.ids[0];
+    assert_eq!(e.get::<String>("st").as_deref(), Some("404"));
+    assert_eq!(e.get::<String>("attempts").as_deref(), Some("1"));
+    let d: String = e.get("d").unwrap();
+    let body: Vec<u8> = redis::cmd("HGET").arg(format!("{{{prefix}:bot:0}}:d:{d}")).arg("b").query(&mut redis.conn()).unwrap();
+    assert_eq!(body, event("EvFinal"), "the body is kept for replay");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_from_the_bot_is_honoured() {
+    let (_redis, bot, gw, _) = setup("429", |c| c.delivery = r#"{ timeout = "1s", retry_initial = "50ms", retry_max = "10s", lease = "5s" }"#.into()).await;
+    bot.push(Reply::status(429).retry_after(2));
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("Ev429"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(8), || bot.count() == 2).await, "{}", gw.log());
+    let got = bot.received();
+    let gap = got[1].at - got[0].at;
+    // Without Retry-After the first backoff would be at most 100 ms.
+    assert!(gap >= 1.9, "waited {gap:.2}s, Retry-After said 2s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_give_up_into_the_dead_letter_stream() {
+    let (redis, bot, gw, prefix) = setup("giveup", |c| {
+        c.delivery = r#"{ timeout = "500ms", retry_initial = "50ms", retry_max = "100ms", give_up_after = "1s", lease = "5s" }"#.into()
+    })
+    .await;
+    bot.set_default(Reply::status(502));
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvGiveUp"), SECRET)).await.0, 200);
+    let dead = format!("{{{prefix}:bot:0}}:dead");
+    assert!(eventually(Duration::from_secs(5), || redis.xlen(&dead) == 1).await, "{}", gw.log());
+    let n = bot.count();
+    assert!(n >= 3, "retried several times before giving up ({n})");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(bot.count(), n, "no attempt after giving up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_deliveries_in_flight_loses_nothing() {
+    let (redis, bot, mut gw, prefix) = setup("kill", |c| {
+        c.delivery = r#"{ timeout = "2s", retry_initial = "100ms", retry_max = "300ms", lease = "3s" }"#.into()
+    })
+    .await;
+    bot.set_default(Reply::status(200).delay(Duration::from_millis(1500)));
+    const N: usize = 12;
+    for i in 0..N {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvKill{i:02}")), SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(5), || bot.count() >= 1).await);
+    gw.kill9(); // attempts in flight, their acks never recorded
+    bot.set_default(Reply::status(200));
+    gw.restart().await;
+    let all = || (0..N).all(|i| bot.count_body(&format!("EvKill{i:02}")) >= 1);
+    assert!(eventually(Duration::from_secs(20), all).await, "every event delivered after the restart\n{}", gw.log());
+    let stream = format!("{{{prefix}:bot:0}}:outbox");
+    assert!(eventually(Duration::from_secs(10), || redis.xlen(&stream) == 0).await, "outbox drained");
+    assert!(redis.keys("*:d:*").is_empty());
+}

@@ -1,0 +1,93 @@
+//! Invariant 4: leases expire and completion is fenced — exercised on the outbox itself against
+//! a real Redis, with leases short enough to expire inside the test.
+
+use std::time::Duration;
+
+use slackgate::outbox::{self, Finish, NewDelivery, Recorded, ShardKeys, Store};
+use slackgate::slack::Kind;
+
+use crate::utils::*;
+
+async fn setup() -> (RedisServer, Store, redis::aio::ConnectionManager, ShardKeys) {
+    let redis = RedisServer::start();
+    let store = Store::new(outbox::connect_lazy(&redis.url(), Duration::from_secs(2)).unwrap());
+    let reader = outbox::connect_lazy(&redis.url(), Duration::from_secs(5)).unwrap();
+    let keys = ShardKeys::new(&prefix("fence"), "bot", 0);
+    store.ensure_group(&keys).await.unwrap();
+    (redis, store, reader, keys)
+}
+
+async fn record(store: &Store, keys: &ShardKeys, id: &str, receipt: &str) -> Recorded {
+    let d = NewDelivery {
+        id,
+        receipt,
+        body: b"{\"type\":\"event_callback\"}",
+        content_type: b"application/json",
+        path: "/slack/events",
+        kind: Kind::Event,
+        received_ms: slackgate::delivery::now_ms(),
+        ttl: Duration::from_secs(60),
+    };
+    store.record(keys, &d).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_worker_whose_lease_was_taken_cannot_complete() {
+    let (redis, store, mut reader, keys) = setup().await;
+    assert_eq!(record(&store, &keys, "0-a", "e:Ev1").await, Recorded::New);
+    let held = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].delivery, "0-a");
+    // Not yet expired: nobody can take it.
+    assert!(store.reclaim(&keys, "worker-b", Duration::from_secs(30), 10).await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let taken = store.reclaim(&keys, "worker-b", Duration::from_millis(100), 10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert!(taken[0].token > held[0].token);
+
+    assert!(!store.extend(&keys, "worker-a", &held[0]).await.unwrap(), "old holder cannot extend");
+    assert!(!store.finish(&keys, "worker-a", &held[0], Finish::Done).await.unwrap(), "old holder cannot complete");
+    assert_eq!(redis.xlen(&keys.stream), 1, "entry untouched by the fenced call");
+    assert!(store.load(&keys, "0-a").await.unwrap().is_some());
+
+    assert!(store.extend(&keys, "worker-b", &taken[0]).await.unwrap());
+    assert!(store.finish(&keys, "worker-b", &taken[0], Finish::Done).await.unwrap(), "new holder completes");
+    assert_eq!(redis.xlen(&keys.stream), 0);
+    assert!(store.load(&keys, "0-a").await.unwrap().is_none());
+    // The receipt outlives the delivery, so a late Slack retry is still absorbed.
+    assert_eq!(record(&store, &keys, "0-b", "e:Ev1").await, Recorded::Duplicate("0-a".into()));
+}
+
+#[tokio::test]
+async fn re_claiming_its_own_expired_entry_fences_the_old_attempt() {
+    let (_redis, store, mut reader, keys) = setup().await;
+    record(&store, &keys, "0-c", "e:Ev2").await;
+    let first = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let again = store.reclaim(&keys, "worker-a", Duration::from_millis(100), 10).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert!(!store.finish(&keys, "worker-a", &first[0], Finish::Done).await.unwrap());
+    assert!(store.finish(&keys, "worker-a", &again[0], Finish::Done).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_scheduled_retry_comes_back_when_due_and_counts_the_attempt() {
+    let (redis, store, mut reader, keys) = setup().await;
+    record(&store, &keys, "0-d", "e:Ev3").await;
+    let lease = outbox::read_new(&mut reader, &keys, "w", 10, Duration::from_millis(100)).await.unwrap().remove(0);
+    let now = slackgate::delivery::now_ms();
+    let retry = Finish::Retry { due_ms: now + 1_000, status: "503", error: "" };
+    assert!(store.finish(&keys, "w", &lease, retry).await.unwrap());
+    assert_eq!(redis.xlen(&keys.stream), 0);
+    assert_eq!(store.promote(&keys, now, 100).await.unwrap(), 0, "not due yet");
+    assert_eq!(store.promote(&keys, now + 1_001, 100).await.unwrap(), 1);
+    assert_eq!(store.promote(&keys, now + 1_001, 100).await.unwrap(), 0, "promoted once");
+    let back = outbox::read_new(&mut reader, &keys, "w", 10, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].delivery, "0-d");
+    assert_eq!(store.load(&keys, "0-d").await.unwrap().unwrap().retries, 1);
+    let dead = Finish::Dead { now_ms: now, status: "404", error: "" };
+    assert!(store.finish(&keys, "w", &back[0], dead).await.unwrap());
+    assert_eq!(redis.xlen(&keys.dead), 1);
+    assert_eq!(store.load(&keys, "0-d").await.unwrap().unwrap().retries, 2, "kept for replay");
+}

@@ -1,0 +1,11 @@
+//! Integration tests: a real `redis-server`, the real `slackgate` binary, real HTTP servers on
+//! loopback. Every test brings its own Redis and its own key prefix.
+
+mod utils;
+
+mod bad_input;
+mod cli;
+mod dedupe;
+mod delivery;
+mod fence;
+mod store_outage;

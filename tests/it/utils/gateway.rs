@@ -1,0 +1,137 @@
+//! The real `slackgate` binary, run with a generated `gateway.toml` on free ports.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One gateway's config: app `bot` (secret [`super::SECRET`]) plus whatever the test adds.
+#[derive(Clone)]
+pub struct GatewayConfig {
+    pub redis_url: String,
+    pub prefix: String,
+    pub upstream: String,
+    /// The inline `delivery = { … }` table of app `bot`.
+    pub delivery: String,
+    /// Extra lines for `[server]`.
+    pub server: String,
+    /// Extra lines for app `bot`.
+    pub app: String,
+    /// Raw TOML appended at the end (more `[[app]]` sections).
+    pub tail: String,
+}
+
+impl GatewayConfig {
+    pub fn new(redis_url: &str, prefix: &str, upstream: &str) -> Self {
+        GatewayConfig {
+            redis_url: redis_url.into(),
+            prefix: prefix.into(),
+            upstream: upstream.into(),
+            delivery: r#"{ timeout = "2s", retry_initial = "100ms", retry_max = "400ms", lease = "5s" }"#.into(),
+            server: String::new(),
+            app: String::new(),
+            tail: String::new(),
+        }
+    }
+
+    fn render(&self, port: u16, admin: u16) -> String {
+        format!(
+            r#"[server]
+listen = "127.0.0.1:{port}"
+admin_listen = "127.0.0.1:{admin}"
+shutdown_grace = "1s"
+{server}
+[redis]
+url = "{redis}"
+key_prefix = "{prefix}"
+
+[[app]]
+name = "bot"
+signing_secret = "${{SG_TEST_SECRET}}"
+upstream = "{upstream}"
+passthrough = ["/slack/install"]
+delivery = {delivery}
+{app}
+{tail}
+"#,
+            server = self.server,
+            redis = self.redis_url,
+            prefix = self.prefix,
+            upstream = self.upstream,
+            delivery = self.delivery,
+            app = self.app,
+            tail = self.tail,
+        )
+    }
+}
+
+pub struct Gateway {
+    child: Option<Child>,
+    pub port: u16,
+    pub admin_port: u16,
+    pub config_path: PathBuf,
+    log_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    pub async fn start(cfg: &GatewayConfig) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, admin_port) = (super::free_port(), super::free_port());
+        let config_path = dir.path().join("gateway.toml");
+        std::fs::File::create(&config_path).unwrap().write_all(cfg.render(port, admin_port).as_bytes()).unwrap();
+        let mut gw = Gateway { child: None, port, admin_port, config_path, log_path: dir.path().join("gateway.log"), _dir: dir };
+        gw.spawn().await;
+        gw
+    }
+
+    async fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_slackgate"))
+            .arg("run")
+            .arg("--config")
+            .arg(&self.config_path)
+            .env("SG_TEST_SECRET", super::SECRET)
+            .env("SG_OTHER_SECRET", "the-other-apps-secret")
+            .env("RUST_LOG", "info")
+            .env_remove("SLACKGATE_REDIS_URL")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_err() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("gateway exited with {status}:\n{}", self.log());
+            }
+            assert!(Instant::now() < deadline, "gateway did not listen:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// `kill -9`: no shutdown code runs.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start the same config again on the same ports.
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.spawn().await;
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

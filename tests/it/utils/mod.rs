@@ -1,0 +1,121 @@
+//! Real parts for the integration tests: a `redis-server` per test, the real `slackgate` binary
+//! on free ports, a recording HTTP receiver standing in for the bot, and a signing client.
+
+#![allow(dead_code)]
+
+mod gateway;
+mod receiver;
+mod redis_server;
+
+pub use gateway::{Gateway, GatewayConfig};
+pub use receiver::{Receiver, Reply};
+pub use redis_server::RedisServer;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+
+pub const SECRET: &str = "test-signing-secret-0123456789";
+
+pub fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// A free loopback port (bound then released; good enough for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A unique key prefix per test.
+pub fn prefix(test: &str) -> String {
+    format!("t{}{}", test.replace(['_', ':'], ""), rand::random::<u16>())
+}
+
+/// Slack's signature, computed here independently of the gateway's code.
+pub fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("v0:{ts}:").as_bytes());
+    mac.update(body);
+    format!("v0={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// An Events API envelope for `event_id`.
+pub fn event(event_id: &str) -> Vec<u8> {
+    serde_json::json!({
+        "token": "x", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
+        "event_id": event_id, "event_time": 1700000000,
+        "event": {"type": "app_mention", "user": "U1", "text": "<@B1> hi", "channel": "C1", "ts": "1700000000.000100"}
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// One HTTP request as Slack (or an attacker) would send it.
+pub struct Req {
+    pub method: &'static str,
+    pub path: String,
+    pub body: Vec<u8>,
+    pub content_type: &'static str,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Req {
+    /// A correctly signed POST of `body` with `secret`.
+    pub fn signed(path: &str, body: Vec<u8>, secret: &str) -> Req {
+        Self::signed_at(path, body, secret, unix_now())
+    }
+
+    pub fn signed_at(path: &str, body: Vec<u8>, secret: &str, ts: i64) -> Req {
+        let sig = sign(secret, ts, &body);
+        let ct = if body.first() == Some(&b'{') { "application/json" } else { "application/x-www-form-urlencoded" };
+        Req {
+            method: "POST",
+            path: path.into(),
+            body,
+            content_type: ct,
+            headers: vec![("X-Slack-Request-Timestamp".into(), ts.to_string()), ("X-Slack-Signature".into(), sig)],
+        }
+    }
+
+    pub fn header(mut self, k: &str, v: &str) -> Req {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+}
+
+/// Send one request; returns status and body.
+pub async fn send(port: u16, req: Req) -> (u16, Bytes) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let mut b = hyper::Request::builder()
+        .method(req.method)
+        .uri(format!("http://127.0.0.1:{port}{}", req.path))
+        .header("Content-Type", req.content_type);
+    for (k, v) in &req.headers {
+        b = b.header(k, v);
+    }
+    let request = b.body(Full::new(Bytes::from(req.body))).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(request))
+        .await
+        .expect("gateway answered within 10s")
+        .expect("request sent");
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, body)
+}
+
+/// Poll `check` every 50 ms until it holds or `limit` passes.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,82 @@
+//! A private `redis-server` per test, on a free TCP port, AOF on.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut me = RedisServer { child: None, port: super::free_port(), dir };
+        me.spawn();
+        me
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"])
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (apt-get install redis-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.conn_checked().is_none() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn conn_checked(&self) -> Option<redis::Connection> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut c = client.get_connection_with_timeout(Duration::from_millis(200)).ok()?;
+        redis::cmd("PING").query::<String>(&mut c).ok()?;
+        Some(c)
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        self.conn_checked().expect("redis is up")
+    }
+
+    /// Kill the server (SIGKILL: nothing flushed beyond what the AOF already has).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same port and data directory.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Keys matching a pattern.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        redis::cmd("KEYS").arg(pattern).query(&mut self.conn()).unwrap()
+    }
+
+    /// Entries in a stream (0 when it does not exist).
+    pub fn xlen(&self, key: &str) -> usize {
+        redis::cmd("XLEN").arg(key).query(&mut self.conn()).unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
