@@ -55,7 +55,9 @@ impl ServeHttp for Admin {
             "/healthz" => reply(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
             "/readyz" => match self.ready().await {
                 Ok(()) => reply(StatusCode::OK, "text/plain", b"ready\n".to_vec()),
-                Err(e) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("not ready: {e}\n").into_bytes()),
+                Err(e) => {
+                    reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("not ready: {e}\n").into_bytes())
+                }
             },
             _ => reply(StatusCode::NOT_FOUND, "text/plain", b"not found\n".to_vec()),
         }

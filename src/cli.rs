@@ -121,7 +121,8 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let mut ingress = pingora::proxy::http_proxy_service(&server.configuration, Ingress::new(config.clone(), redis_url.clone()));
+    let mut ingress =
+        pingora::proxy::http_proxy_service(&server.configuration, Ingress::new(config.clone(), redis_url.clone()));
     ingress.add_tcp(&config.server.listen);
     server.add_service(ingress);
     server.add_service(background_service("delivery", DeliveryService::new(config.clone(), redis_url.clone())));

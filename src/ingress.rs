@@ -76,13 +76,9 @@ impl Ingress {
         };
         let header = |name: &str| single_header(session, name);
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
-        if let Err(e) = slack::verify(
-            &app.secrets,
-            header("x-slack-request-timestamp"),
-            header("x-slack-signature"),
-            &body,
-            now,
-        ) {
+        if let Err(e) =
+            slack::verify(&app.secrets, header("x-slack-request-timestamp"), header("x-slack-signature"), &body, now)
+        {
             debug!(app = %app.name, reason = %e, "refused unsigned request");
             return Answer::text(401, "unknown", "unauthorized", "invalid signature\n");
         }
@@ -106,7 +102,11 @@ impl Ingress {
         match request {
             Request::UrlVerification { challenge } => {
                 let body = serde_json::json!({ "challenge": challenge }).to_string();
-                Answer { content_type: "application/json", body: body.into(), ..Answer::empty(200, "url_verification", "answered") }
+                Answer {
+                    content_type: "application/json",
+                    body: body.into(),
+                    ..Answer::empty(200, "url_verification", "answered")
+                }
             }
             Request::SslCheck => Answer::empty(200, "ssl_check", "answered"),
             Request::RateLimited => {
@@ -250,7 +250,12 @@ impl ProxyHttp for Ingress {
         Ok(Box::new(peer))
     }
 
-    async fn upstream_request_filter(&self, _session: &mut Session, req: &mut RequestHeader, ctx: &mut Ctx) -> Result<()> {
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        req: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
         if let Some(app) = ctx.app.map(|i| &self.config.apps[i]) {
             req.insert_header("Host", app.upstream.authority())?;
         }

@@ -76,11 +76,8 @@ impl UpstreamClient {
     async fn exchange(&self, req: Outgoing<'_>, timeout: Duration) -> Result<Response, SendError> {
         let peer = peer_for(req.upstream, timeout).await?;
         let header = request_header(&req)?;
-        let (mut session, _reused) = self
-            .connector
-            .get_http_session(&peer)
-            .await
-            .map_err(|e| SendError::Connect(e.to_string()))?;
+        let (mut session, _reused) =
+            self.connector.get_http_session(&peer).await.map_err(|e| SendError::Connect(e.to_string()))?;
         let io = |e: Box<pingora::Error>| SendError::Io(e.to_string());
         session.write_request_header(Box::new(header)).await.map_err(io)?;
         session.write_request_body(req.body, true).await.map_err(io)?;
@@ -88,11 +85,7 @@ impl UpstreamClient {
         session.read_response_header().await.map_err(io)?;
         let head = session.response_header().ok_or_else(|| SendError::Io("no response header".into()))?;
         let status = head.status.as_u16();
-        let content_type = head
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from);
+        let content_type = head.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(String::from);
         let retry_after = head
             .headers
             .get(http::header::RETRY_AFTER)

@@ -10,9 +10,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(|| format!("`{text}` has no unit; write e.g. \"10s\", \"5m\", \"25h\""))?;
     let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let n: u64 = number.parse().map_err(|_| format!("`{text}` does not start with a whole number"))?;
     let millis = match unit {
         "ms" => Some(n),
         "s" => n.checked_mul(1_000),
@@ -21,29 +19,22 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "d" => n.checked_mul(86_400_000),
         _ => return Err(format!("`{text}` has unknown unit `{unit}` (use ms, s, m, h or d)")),
     };
-    millis
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("`{text}` is too large"))
+    millis.map(Duration::from_millis).ok_or_else(|| format!("`{text}` is too large"))
 }
 
 /// Parse a byte size: a plain integer, or a number with `B`, `KiB`, `MiB`.
 pub fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let n: usize = number
-        .parse()
-        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let n: usize = number.parse().map_err(|_| format!("`{text}` does not start with a whole number"))?;
     let factor = match unit.trim() {
         "" | "B" => 1,
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,
         _ => return Err(format!("`{text}` has unknown unit (use B, KiB or MiB)")),
     };
-    n.checked_mul(factor)
-        .ok_or_else(|| format!("`{text}` is too large"))
+    n.checked_mul(factor).ok_or_else(|| format!("`{text}` is too large"))
 }
 
 #[cfg(test)]

@@ -169,12 +169,8 @@ impl Config {
         if raw.apps.is_empty() {
             return Err(v.err("app", "at least one [[app]] section is required"));
         }
-        let apps = raw
-            .apps
-            .iter()
-            .enumerate()
-            .map(|(i, a)| v.app(i, a).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
+        let apps =
+            raw.apps.iter().enumerate().map(|(i, a)| v.app(i, a).map(Arc::new)).collect::<Result<Vec<_>, _>>()?;
         let config = Config { source: path.to_path_buf(), server, redis, apps };
         config.check_routes(&v)?;
         Ok(config)
@@ -202,11 +198,16 @@ impl Config {
                 return Err(v.err(&format!("app[{i}].name"), format!("`{}` is also app[{j}]'s name", app.name)));
             }
             let slack = [&app.events_path, &app.commands_path, &app.interactivity_path];
-            let paths = slack.iter().map(|p| (p.as_str(), "slack")).chain(app.passthrough.iter().map(|p| (p.as_str(), "passthrough")));
+            let paths = slack
+                .iter()
+                .map(|p| (p.as_str(), "slack"))
+                .chain(app.passthrough.iter().map(|p| (p.as_str(), "passthrough")));
             for (p, role) in paths {
                 match owner.get(p) {
                     Some(&(j, r)) if j != i || r != role => {
-                        return Err(v.err(&format!("app[{i}]"), format!("path `{p}` is already used by app[{j}] ({r})")));
+                        return Err(
+                            v.err(&format!("app[{i}]"), format!("path `{p}` is already used by app[{j}] ({r})"))
+                        );
                     }
                     _ => {
                         owner.insert(p, (i, role));
@@ -239,13 +240,17 @@ impl Validator<'_> {
         let s = &raw.server;
         let listen = ov.listen.clone().or_else(|| s.listen.clone()).unwrap_or_else(|| "0.0.0.0:3000".into());
         check_addr(&listen).map_err(|m| self.err("server.listen", m))?;
-        let admin = ov.admin_listen.clone().or_else(|| s.admin_listen.clone()).unwrap_or_else(|| "127.0.0.1:9090".into());
+        let admin =
+            ov.admin_listen.clone().or_else(|| s.admin_listen.clone()).unwrap_or_else(|| "127.0.0.1:9090".into());
         let admin_listen = if admin == "off" {
             None
         } else {
             check_addr(&admin).map_err(|m| self.err("server.admin_listen", m))?;
-            if admin == listen {
-                return Err(self.err("server.admin_listen", "must differ from server.listen: the admin API is never on the Slack-facing port"));
+            if admin.parse::<std::net::SocketAddr>().ok() == listen.parse().ok() {
+                return Err(self.err(
+                    "server.admin_listen",
+                    "must differ from server.listen: the admin API is never on the Slack-facing port",
+                ));
             }
             Some(admin)
         };
@@ -277,10 +282,17 @@ impl Validator<'_> {
         };
         let target = match url.as_deref() {
             None | Some("") | Some("embedded") => RedisTarget::Embedded,
-            Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") || u.starts_with("redis+unix://") || u.starts_with("unix://") => {
+            Some(u)
+                if u.starts_with("redis://")
+                    || u.starts_with("rediss://")
+                    || u.starts_with("redis+unix://")
+                    || u.starts_with("unix://") =>
+            {
                 RedisTarget::Url(u.to_string())
             }
-            Some(_) => return Err(self.err("redis.url", "must be \"embedded\" or a redis://, rediss:// or unix:// URL")),
+            Some(_) => {
+                return Err(self.err("redis.url", "must be \"embedded\" or a redis://, rediss:// or unix:// URL"))
+            }
         };
         let key_prefix = r.key_prefix.clone().unwrap_or_else(|| "slackgate".into());
         if key_prefix.is_empty() || key_prefix.contains(['{', '}', ' ']) {
@@ -315,7 +327,9 @@ impl Validator<'_> {
         }
         let receipt_ttl = self.duration(&key("dedupe.ttl"), &a.dedupe.ttl, Duration::from_secs(25 * 3600))?;
         if receipt_ttl < Duration::from_secs(60) {
-            return Err(self.err(&key("dedupe.ttl"), "must be at least 1m (Slack retries for up to 24h with Delayed Events)"));
+            return Err(
+                self.err(&key("dedupe.ttl"), "must be at least 1m (Slack retries for up to 24h with Delayed Events)")
+            );
         }
         let delivery = self.delivery(i, a)?;
         Ok(AppConfig {
@@ -342,7 +356,8 @@ impl Validator<'_> {
             (Some(OneOrMany::Many(v)), None) => v.clone(),
             (None, Some(f)) => {
                 let p = self.base.map(|b| b.join(f)).unwrap_or_else(|| PathBuf::from(f));
-                let text = std::fs::read_to_string(&p).map_err(|e| self.err(&key("signing_secret_file"), format!("cannot read {}: {e}", p.display())))?;
+                let text = std::fs::read_to_string(&p)
+                    .map_err(|e| self.err(&key("signing_secret_file"), format!("cannot read {}: {e}", p.display())))?;
                 text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
             }
         };
@@ -350,7 +365,10 @@ impl Validator<'_> {
         for (j, v) in values.iter().enumerate() {
             let k = if values.len() > 1 { key(&format!("signing_secret[{j}]")) } else { key("signing_secret") };
             if a.signing_secret.is_some() && !v.contains("${") {
-                return Err(self.err(&k, "write \"${ENV_VAR}\" (or use signing_secret_file): secrets never live in gateway.toml itself"));
+                return Err(self.err(
+                    &k,
+                    "write \"${ENV_VAR}\" (or use signing_secret_file): secrets never live in gateway.toml itself",
+                ));
             }
             let value = interpolate(v).map_err(|m| self.err(&k, m))?;
             if value.is_empty() {
@@ -407,9 +425,7 @@ pub fn interpolate(text: &str) -> Result<String, String> {
 }
 
 fn check_addr(addr: &str) -> Result<(), String> {
-    addr.parse::<std::net::SocketAddr>()
-        .map(|_| ())
-        .map_err(|_| format!("`{addr}` is not an ip:port address"))
+    addr.parse::<std::net::SocketAddr>().map(|_| ()).map_err(|_| format!("`{addr}` is not an ip:port address"))
 }
 
 fn check_path(p: &str) -> Result<(), String> {
@@ -420,7 +436,8 @@ fn check_path(p: &str) -> Result<(), String> {
 }
 
 fn parse_upstream(text: &str) -> Result<Upstream, String> {
-    let url = url::Url::parse(text).map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+    // Messages never repeat the text: it might carry credentials.
+    let url = url::Url::parse(text).map_err(|e| format!("is not a URL: {e}"))?;
     let tls = match url.scheme() {
         "http" => false,
         "https" => true,
@@ -430,11 +447,11 @@ fn parse_upstream(text: &str) -> Result<Upstream, String> {
         Some(url::Host::Domain(d)) => d.to_string(),
         Some(url::Host::Ipv4(ip)) => ip.to_string(),
         Some(url::Host::Ipv6(ip)) => ip.to_string(),
-        None => return Err(format!("`{text}` has no host")),
+        None => return Err("has no host".into()),
     };
     let port = url.port_or_known_default().ok_or("no port")?;
     if url.query().is_some() || !url.username().is_empty() {
-        return Err(format!("`{text}` must not carry a query or credentials"));
+        return Err("must not carry a query or credentials (the bot's URL is not a secret store)".into());
     }
     let path = match url.path() {
         "" | "/" => None,

@@ -109,6 +109,8 @@ async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) 
         Err(e) => return warn!(error = %e, "reader cannot connect"),
     };
     let mut pause = Duration::from_millis(100);
+    // The group is created once, and again after an error (a Redis that lost its data).
+    let mut group_ready = false;
     while !*stop.borrow() {
         let first = tokio::select! {
             p = s.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
@@ -116,7 +118,10 @@ async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) 
         };
         let count = (1 + s.permits.available_permits()).min(BATCH);
         let read = async {
-            s.store.ensure_group(&s.keys).await?;
+            if !group_ready {
+                s.store.ensure_group(&s.keys).await?;
+                group_ready = true;
+            }
             outbox::read_new(&mut conn, &s.keys, &s.consumer, count, READ_BLOCK).await
         };
         let leases = tokio::select! {
@@ -129,6 +134,7 @@ async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) 
                 spawn_attempts(&s, leases, Some(first)).await;
             }
             Err(e) => {
+                group_ready = false;
                 METRICS.store_errors.with_label_values(&[&s.app.name, "read"]).inc();
                 warn!(app = %s.app.name, error = %e, "outbox read failed");
                 drop(first);

@@ -9,20 +9,25 @@ use crate::upstream::{Response, SendError};
 pub enum Verdict {
     Delivered,
     /// Try again; `after` is the bot's own `Retry-After` when it sent one.
-    Retry { status: String, error: String, after: Option<Duration> },
+    Retry {
+        status: String,
+        error: String,
+        after: Option<Duration>,
+    },
     /// Never retried: a 4xx other than 408/429 (Bolt answers 404 to an event with no listener).
-    Final { status: String, error: String },
+    Final {
+        status: String,
+        error: String,
+    },
 }
 
 /// Judge one attempt's result.
 pub fn judge(result: &Result<Response, SendError>) -> Verdict {
     match result {
         Ok(r) if (200..300).contains(&r.status) => Verdict::Delivered,
-        Ok(r) if r.status >= 500 || r.status == 408 || r.status == 429 => Verdict::Retry {
-            status: r.status.to_string(),
-            error: String::new(),
-            after: r.retry_after,
-        },
+        Ok(r) if r.status >= 500 || r.status == 408 || r.status == 429 => {
+            Verdict::Retry { status: r.status.to_string(), error: String::new(), after: r.retry_after }
+        }
         Ok(r) => Verdict::Final { status: r.status.to_string(), error: String::new() },
         Err(e) => Verdict::Retry { status: String::new(), error: e.to_string(), after: None },
     }
@@ -63,7 +68,12 @@ mod tests {
     }
 
     fn resp(status: u16, retry_after: Option<u64>) -> Result<Response, SendError> {
-        Ok(Response { status, content_type: None, body: Bytes::new(), retry_after: retry_after.map(Duration::from_secs) })
+        Ok(Response {
+            status,
+            content_type: None,
+            body: Bytes::new(),
+            retry_after: retry_after.map(Duration::from_secs),
+        })
     }
 
     #[test]
@@ -78,7 +88,10 @@ mod tests {
         }
         assert!(matches!(judge(&Err(SendError::Timeout)), Verdict::Retry { .. }));
         let r = judge(&resp(429, Some(7)));
-        assert_eq!(r, Verdict::Retry { status: "429".into(), error: String::new(), after: Some(Duration::from_secs(7)) });
+        assert_eq!(
+            r,
+            Verdict::Retry { status: "429".into(), error: String::new(), after: Some(Duration::from_secs(7)) }
+        );
     }
 
     #[test]

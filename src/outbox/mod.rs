@@ -40,12 +40,7 @@ pub struct ShardKeys {
 impl ShardKeys {
     pub fn new(prefix: &str, app: &str, shard: u16) -> Self {
         let tag = format!("{{{prefix}:{app}:{shard}}}");
-        ShardKeys {
-            stream: format!("{tag}:outbox"),
-            sched: format!("{tag}:sched"),
-            dead: format!("{tag}:dead"),
-            tag,
-        }
+        ShardKeys { stream: format!("{tag}:outbox"), sched: format!("{tag}:sched"), dead: format!("{tag}:dead"), tag }
     }
 
     pub fn receipt(&self, receipt: &str) -> String {
@@ -188,7 +183,8 @@ impl Store {
 
     /// Load a delivery's stored fields; `None` when it no longer exists.
     pub async fn load(&self, keys: &ShardKeys, delivery: &str) -> Result<Option<Stored>, StoreError> {
-        let map: std::collections::HashMap<String, Vec<u8>> = self.conn.clone().hgetall(keys.delivery(delivery)).await?;
+        let map: std::collections::HashMap<String, Vec<u8>> =
+            self.conn.clone().hgetall(keys.delivery(delivery)).await?;
         if map.is_empty() {
             return Ok(None);
         }
@@ -219,7 +215,13 @@ impl Store {
     }
 
     /// Fenced completion. `false`: another worker holds the entry now, nothing was changed.
-    pub async fn finish(&self, keys: &ShardKeys, consumer: &str, lease: &Lease, how: Finish<'_>) -> Result<bool, StoreError> {
+    pub async fn finish(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        lease: &Lease,
+        how: Finish<'_>,
+    ) -> Result<bool, StoreError> {
         let (mode, at, status, error) = match how {
             Finish::Done => ("done", 0, "", ""),
             Finish::Retry { due_ms, status, error } => ("retry", due_ms, status, error),
@@ -246,7 +248,13 @@ impl Store {
     }
 
     /// Take over entries idle longer than `lease`.
-    pub async fn reclaim(&self, keys: &ShardKeys, consumer: &str, lease: Duration, max: usize) -> Result<Vec<Lease>, StoreError> {
+    pub async fn reclaim(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        lease: Duration,
+        max: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
         let flat: Vec<Value> = self
             .reclaim
             .key(&keys.stream)

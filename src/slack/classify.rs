@@ -2,9 +2,7 @@
 //! usually take events, commands and interactivity on one `/slack/events`), and the receipt key
 //! that absorbs Slack's retries of it.
 
-use std::borrow::Cow;
-
-use serde::Deserialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The kinds of delivery that are recorded and forwarded.
@@ -41,7 +39,9 @@ impl Kind {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Request {
     /// Answered by the gateway with the challenge; never stored.
-    UrlVerification { challenge: String },
+    UrlVerification {
+        challenge: String,
+    },
     /// `ssl_check=1`: answered 200 by the gateway.
     SslCheck,
     /// Slack telling us it is dropping events for this app: acked and counted.
@@ -73,24 +73,12 @@ pub enum ClassifyError {
 /// Ids longer than this are hashed rather than used raw in a Redis key.
 const MAX_ID_LEN: usize = 128;
 
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    event_id: Option<Cow<'a, str>>,
-    #[serde(default)]
-    challenge: Option<String>,
-    #[serde(default)]
-    event: Option<InnerEvent<'a>>,
-    #[serde(borrow, default)]
-    trigger_id: Option<Cow<'a, str>>,
-}
+type Object = serde_json::Map<String, Value>;
 
-#[derive(Deserialize)]
-struct InnerEvent<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<Cow<'a, str>>,
+/// A string field, or `None` when it is missing or of another type (an unknown shape is
+/// forwarded as opaque, never refused for a field's type).
+fn text<'a>(object: &'a Object, key: &str) -> Option<&'a str> {
+    object.get(key).and_then(Value::as_str)
 }
 
 /// Classify a body that has already passed the signature check.
@@ -113,30 +101,38 @@ fn is_json(content_type: &[u8], body: &[u8]) -> bool {
     body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
-fn parse_object(bytes: &[u8]) -> Result<Envelope<'_>, ClassifyError> {
-    // serde's struct visitor would also accept a JSON array; only an object is a Slack payload.
+fn parse_object(bytes: &[u8]) -> Result<Object, ClassifyError> {
+    // Checked first so that a huge array is refused without being parsed.
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ClassifyError::NotObject);
     }
-    // serde_json stops at 128 levels of nesting, so hostile depth cannot exhaust the stack.
-    serde_json::from_slice(bytes).map_err(|_| ClassifyError::BadJson)
+    // serde_json refuses more than 128 levels of nesting, so hostile depth cannot exhaust the
+    // stack; the body cap bounds the memory.
+    match serde_json::from_slice(bytes) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(_) => Err(ClassifyError::NotObject),
+        Err(_) => Err(ClassifyError::BadJson),
+    }
 }
 
 fn classify_json(body: &[u8]) -> Result<Request, ClassifyError> {
     let env = parse_object(body)?;
-    let kind = env.kind.as_deref().unwrap_or("");
-    match kind {
-        "url_verification" => Ok(Request::UrlVerification { challenge: env.challenge.unwrap_or_default() }),
+    match text(&env, "type").unwrap_or("") {
+        "url_verification" => {
+            Ok(Request::UrlVerification { challenge: text(&env, "challenge").unwrap_or_default().to_string() })
+        }
         "app_rate_limited" => Ok(Request::RateLimited),
         "event_callback" => {
-            let detail = env.event.and_then(|e| e.kind).map(Cow::into_owned).unwrap_or_default();
-            let receipt = match env.event_id.as_deref() {
+            let detail = env.get("event").and_then(|e| e.get("type")).and_then(Value::as_str).unwrap_or_default();
+            let receipt = match text(&env, "event_id") {
                 Some(id) if !id.is_empty() => id_key('e', id),
                 _ => body_key(body),
             };
-            Ok(Request::Delivery(Delivery { kind: Kind::Event, receipt, detail }))
+            Ok(Request::Delivery(Delivery { kind: Kind::Event, receipt, detail: detail.to_string() }))
         }
-        other => Ok(Request::Delivery(Delivery { kind: Kind::Opaque, receipt: body_key(body), detail: other.to_string() })),
+        other => {
+            Ok(Request::Delivery(Delivery { kind: Kind::Opaque, receipt: body_key(body), detail: other.to_string() }))
+        }
     }
 }
 
@@ -163,11 +159,11 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
     }
     let payload = payload.ok_or(ClassifyError::UnknownForm)?;
     let inner = parse_object(payload.as_bytes()).map_err(|_| ClassifyError::BadPayload)?;
-    let receipt = match inner.trigger_id.as_deref() {
+    let receipt = match text(&inner, "trigger_id") {
         Some(t) if !t.is_empty() => id_key('t', t),
         _ => body_key(body),
     };
-    let detail = inner.kind.map(Cow::into_owned).unwrap_or_default();
+    let detail = text(&inner, "type").unwrap_or_default().to_string();
     Ok(Request::Delivery(Delivery { kind: Kind::Interactivity, receipt, detail }))
 }
 

@@ -102,7 +102,7 @@ mod tests {
         body[10] ^= 1;
         assert_eq!(check(&body, SIG, 1531420618), Err(VerifyError::Mismatch));
         let mut sig = SIG.to_string();
-        sig.replace_range(70.., "c");
+        sig.replace_range(66.., "c"); // last hex digit: 3 → c
         assert_eq!(check(BODY.as_bytes(), &sig, 1531420618), Err(VerifyError::Mismatch));
     }
 

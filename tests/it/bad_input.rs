@@ -28,14 +28,46 @@ fn cases() -> Vec<(&'static str, Req, u16)> {
         ("timestamp not a number", bad_ts, 401),
         ("body changed after signing", tampered, 401),
         ("stale by 302 s", Req::signed_at("/slack/events", ev(), SECRET, now - 302), 401),
-        ("future by 302 s (clocks tick between here and there)", Req::signed_at("/slack/events", ev(), SECRET, now + 302), 401),
+        (
+            "future by 302 s (clocks tick between here and there)",
+            Req::signed_at("/slack/events", ev(), SECRET, now + 302),
+            401,
+        ),
         ("other app's secret on this route", Req::signed("/slack/events", ev(), OTHER), 401),
         ("this app's secret on the other route", Req::signed("/other/events", ev(), SECRET), 401),
-        ("wrong signature version", { let mut r = Req::signed("/slack/events", ev(), SECRET); r.headers[1].1 = "v1=00".into(); r }, 401),
-        ("a second signature header", Req::signed("/slack/events", ev(), SECRET).header("X-Slack-Signature", "v0=00"), 401),
+        (
+            "wrong signature version",
+            {
+                let mut r = Req::signed("/slack/events", ev(), SECRET);
+                r.headers[1].1 = "v1=00".into();
+                r
+            },
+            401,
+        ),
+        (
+            "a second signature header",
+            Req::signed("/slack/events", ev(), SECRET).header("X-Slack-Signature", "v0=00"),
+            401,
+        ),
         ("truncated JSON", Req::signed("/slack/events", b"{\"type\":".to_vec(), SECRET), 400),
-        ("JSON array", { let mut r = Req::signed("/slack/events", b"[1,2,3]".to_vec(), SECRET); r.content_type = "application/json"; r }, 400),
-        ("JSON string", { let mut r = Req::signed("/slack/events", b"\"hi\"".to_vec(), SECRET); r.content_type = "application/json"; r }, 400),
+        (
+            "JSON array",
+            {
+                let mut r = Req::signed("/slack/events", b"[1,2,3]".to_vec(), SECRET);
+                r.content_type = "application/json";
+                r
+            },
+            400,
+        ),
+        (
+            "JSON string",
+            {
+                let mut r = Req::signed("/slack/events", b"\"hi\"".to_vec(), SECRET);
+                r.content_type = "application/json";
+                r
+            },
+            400,
+        ),
         ("binary body", binary, 400),
         ("form without command or payload", Req::signed("/slack/events", b"foo=bar&x=1".to_vec(), SECRET), 400),
         ("payload not JSON", Req::signed("/slack/events", b"payload=%7Bnope".to_vec(), SECRET), 400),
@@ -91,7 +123,11 @@ async fn handshakes_are_answered_by_the_gateway_and_not_stored() {
     assert_eq!(send(gw.port, unsigned).await.0, 401);
     let (status, _) = send(gw.port, Req::signed("/slack/events", b"ssl_check=1&token=x".to_vec(), SECRET)).await;
     assert_eq!(status, 200);
-    let (status, _) = send(gw.port, Req::signed("/slack/events", br#"{"type":"app_rate_limited","minute_rate_limited":1}"#.to_vec(), SECRET)).await;
+    let (status, _) = send(
+        gw.port,
+        Req::signed("/slack/events", br#"{"type":"app_rate_limited","minute_rate_limited":1}"#.to_vec(), SECRET),
+    )
+    .await;
     assert_eq!(status, 200);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(bot.count(), 0);

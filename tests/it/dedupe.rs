@@ -14,13 +14,18 @@ async fn slack_retries_are_acked_and_never_reach_the_bot_twice() {
     let body = event("EvDup1");
     assert_eq!(send(gw.port, Req::signed("/slack/events", body.clone(), SECRET)).await.0, 200);
     // Slack's retry while the first is in flight, then again after delivery.
-    let retry = Req::signed("/slack/events", body.clone(), SECRET).header("X-Slack-Retry-Num", "1").header("X-Slack-Retry-Reason", "http_timeout");
+    let retry = Req::signed("/slack/events", body.clone(), SECRET)
+        .header("X-Slack-Retry-Num", "1")
+        .header("X-Slack-Retry-Reason", "http_timeout");
     assert_eq!(send(gw.port, retry).await.0, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
-    let retry = Req::signed("/slack/events", body, SECRET).header("X-Slack-Retry-Num", "2").header("X-Slack-Retry-Reason", "http_timeout");
+    let retry = Req::signed("/slack/events", body, SECRET)
+        .header("X-Slack-Retry-Num", "2")
+        .header("X-Slack-Retry-Reason", "http_timeout");
     assert_eq!(send(gw.port, retry).await.0, 200);
     // A double-submitted slash command (same trigger_id) is absorbed the same way.
-    let cmd = b"command=%2Fdeploy&text=prod&trigger_id=111.222.abc&response_url=https%3A%2F%2Fhooks.slack.com%2Fx".to_vec();
+    let cmd =
+        b"command=%2Fdeploy&text=prod&trigger_id=111.222.abc&response_url=https%3A%2F%2Fhooks.slack.com%2Fx".to_vec();
     assert_eq!(send(gw.port, Req::signed("/slack/events", cmd.clone(), SECRET)).await.0, 200);
     assert_eq!(send(gw.port, Req::signed("/slack/events", cmd, SECRET)).await.0, 200);
     tokio::time::sleep(Duration::from_millis(800)).await;

@@ -89,7 +89,10 @@ async fn a_bot_that_is_down_then_back_gets_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_and_timeouts_are_retried_until_2xx() {
-    let (redis, bot, gw, _) = setup("5xx", |c| c.delivery = r#"{ timeout = "500ms", retry_initial = "50ms", retry_max = "200ms", lease = "5s" }"#.into()).await;
+    let (redis, bot, gw, _) = setup("5xx", |c| {
+        c.delivery = r#"{ timeout = "500ms", retry_initial = "50ms", retry_max = "200ms", lease = "5s" }"#.into()
+    })
+    .await;
     bot.push(Reply::status(500));
     bot.push(Reply::status(503));
     bot.push(Reply::status(200).delay(Duration::from_secs(1))); // slower than the timeout
@@ -116,18 +119,23 @@ async fn client_errors_are_final_and_dead_lettered() {
     assert_eq!(bot.count(), 1, "a 404 is never retried");
     let dead = format!("{{{prefix}:bot:0}}:dead");
     assert_eq!(redis.xlen(&dead), 1);
-    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE").arg(&dead).arg("-").arg("+").query(&mut redis.conn()).unwrap();
+    let entries: redis::streams::StreamRangeReply =
+        redis::cmd("XRANGE").arg(&dead).arg("-").arg("+").query(&mut redis.conn()).unwrap();
     let e = &entries.ids[0];
     assert_eq!(e.get::<String>("st").as_deref(), Some("404"));
     assert_eq!(e.get::<String>("attempts").as_deref(), Some("1"));
     let d: String = e.get("d").unwrap();
-    let body: Vec<u8> = redis::cmd("HGET").arg(format!("{{{prefix}:bot:0}}:d:{d}")).arg("b").query(&mut redis.conn()).unwrap();
+    let body: Vec<u8> =
+        redis::cmd("HGET").arg(format!("{{{prefix}:bot:0}}:d:{d}")).arg("b").query(&mut redis.conn()).unwrap();
     assert_eq!(body, event("EvFinal"), "the body is kept for replay");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_from_the_bot_is_honoured() {
-    let (_redis, bot, gw, _) = setup("429", |c| c.delivery = r#"{ timeout = "1s", retry_initial = "50ms", retry_max = "10s", lease = "5s" }"#.into()).await;
+    let (_redis, bot, gw, _) = setup("429", |c| {
+        c.delivery = r#"{ timeout = "1s", retry_initial = "50ms", retry_max = "10s", lease = "5s" }"#.into()
+    })
+    .await;
     bot.push(Reply::status(429).retry_after(2));
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("Ev429"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(8), || bot.count() == 2).await, "{}", gw.log());
@@ -140,7 +148,9 @@ async fn retry_after_from_the_bot_is_honoured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_give_up_into_the_dead_letter_stream() {
     let (redis, bot, gw, prefix) = setup("giveup", |c| {
-        c.delivery = r#"{ timeout = "500ms", retry_initial = "50ms", retry_max = "100ms", give_up_after = "1s", lease = "5s" }"#.into()
+        c.delivery =
+            r#"{ timeout = "500ms", retry_initial = "50ms", retry_max = "100ms", give_up_after = "1s", lease = "5s" }"#
+                .into()
     })
     .await;
     bot.set_default(Reply::status(502));

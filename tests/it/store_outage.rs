@@ -20,7 +20,11 @@ async fn redis_down_means_503_never_200_and_back_means_accepted() {
         let started = Instant::now();
         let (status, _) = send(gw.port, Req::signed("/slack/events", event(&format!("EvDown{i}")), SECRET)).await;
         assert_eq!(status, 503, "not recorded, so not acked");
-        assert!(started.elapsed() < Duration::from_millis(1500), "answered within the budget ({:?})", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "answered within the budget ({:?})",
+            started.elapsed()
+        );
     }
 
     redis.restart();

@@ -43,9 +43,7 @@ fn url_verification_returns_the_challenge() {
     let body = br#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
     assert_eq!(
         classify(JSON, body),
-        Ok(Request::UrlVerification {
-            challenge: "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P".into()
-        })
+        Ok(Request::UrlVerification { challenge: "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P".into() })
     );
 }
 
@@ -53,9 +51,7 @@ fn url_verification_returns_the_challenge() {
 fn url_verification_without_challenge_gives_empty_challenge() {
     assert_eq!(
         classify(JSON, br#"{"type":"url_verification"}"#),
-        Ok(Request::UrlVerification {
-            challenge: String::new()
-        })
+        Ok(Request::UrlVerification { challenge: String::new() })
     );
 }
 
@@ -78,13 +74,9 @@ fn event_callback_receipt_is_event_id_and_detail_is_inner_type() {
 
 #[test]
 fn event_callback_retries_share_a_receipt() {
-    let first =
-        br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message"},"event_time":1}"#;
+    let first = br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message"},"event_time":1}"#;
     let retry = br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message"},"event_time":1, "x":2}"#;
-    assert_eq!(
-        delivery(classify(JSON, first)).receipt,
-        delivery(classify(JSON, retry)).receipt
-    );
+    assert_eq!(delivery(classify(JSON, first)).receipt, delivery(classify(JSON, retry)).receipt);
 }
 
 #[test]
@@ -101,10 +93,7 @@ fn event_callback_without_event_id_falls_back_to_body_hash() {
 
 #[test]
 fn event_callback_without_inner_event_has_empty_detail() {
-    let d = delivery(classify(
-        JSON,
-        br#"{"type":"event_callback","event_id":"Ev2"}"#,
-    ));
+    let d = delivery(classify(JSON, br#"{"type":"event_callback","event_id":"Ev2"}"#));
     assert_eq!(d.kind, Kind::Event);
     assert_eq!(d.detail, "");
     assert_raw_receipt(&d.receipt, 'e', "Ev2");
@@ -112,8 +101,7 @@ fn event_callback_without_inner_event_has_empty_detail() {
 
 #[test]
 fn event_callback_with_escaped_strings() {
-    let body =
-        br#"{"type":"event_callback","event_id":"Ev\u0031","event":{"type":"mess\u0061ge"}}"#;
+    let body = br#"{"type":"event_callback","event_id":"Ev\u0031","event":{"type":"mess\u0061ge"}}"#;
     let d = delivery(classify(JSON, body));
     assert_raw_receipt(&d.receipt, 'e', "Ev1");
     assert_eq!(d.detail, "message");
@@ -122,8 +110,7 @@ fn event_callback_with_escaped_strings() {
 #[test]
 fn long_event_id_is_hashed() {
     let id = "E".repeat(129);
-    let body =
-        format!(r#"{{"type":"event_callback","event_id":"{id}","event":{{"type":"message"}}}}"#);
+    let body = format!(r#"{{"type":"event_callback","event_id":"{id}","event":{{"type":"message"}}}}"#);
     let d = delivery(classify(JSON, body.as_bytes()));
     assert_hashed_id(&d.receipt, 'e', &id);
     assert!(d.receipt.starts_with("e#"));
@@ -146,7 +133,8 @@ fn event_id_with_space_or_non_ascii_is_hashed() {
 
 #[test]
 fn app_rate_limited_is_rate_limited() {
-    let body = br#"{"token":"x","type":"app_rate_limited","team_id":"T1","minute_rate_limited":1518467820,"api_app_id":"A1"}"#;
+    let body =
+        br#"{"token":"x","type":"app_rate_limited","team_id":"T1","minute_rate_limited":1518467820,"api_app_id":"A1"}"#;
     assert_eq!(classify(JSON, body), Ok(Request::RateLimited));
 }
 
@@ -184,31 +172,15 @@ fn json_non_objects_are_refused() {
         b"null",
         b"  [ ]",
     ] {
-        assert_eq!(
-            classify(JSON, body),
-            Err(ClassifyError::NotObject),
-            "body {:?}",
-            String::from_utf8_lossy(body)
-        );
+        assert_eq!(classify(JSON, body), Err(ClassifyError::NotObject), "body {:?}", String::from_utf8_lossy(body));
     }
 }
 
 #[test]
 fn invalid_json_is_bad_json() {
-    for body in [
-        &b"{"[..],
-        b"{\"type\":",
-        b"{\"type\":\"event_callback\",}",
-        b"{'a':1}",
-        b"{} trailing",
-        b"{\"a\":1}}",
-    ] {
-        assert_eq!(
-            classify(JSON, body),
-            Err(ClassifyError::BadJson),
-            "body {:?}",
-            String::from_utf8_lossy(body)
-        );
+    for body in [&b"{"[..], b"{\"type\":", b"{\"type\":\"event_callback\",}", b"{'a':1}", b"{} trailing", b"{\"a\":1}}"]
+    {
+        assert_eq!(classify(JSON, body), Err(ClassifyError::BadJson), "body {:?}", String::from_utf8_lossy(body));
     }
 }
 
@@ -244,17 +216,11 @@ fn deeply_nested_json_does_not_overflow_the_stack() {
     }
 
     // A top-level array is not an object, however deep.
-    assert_eq!(
-        classify(JSON, open.as_bytes()),
-        Err(ClassifyError::NotObject)
-    );
+    assert_eq!(classify(JSON, open.as_bytes()), Err(ClassifyError::NotObject));
 
     // The same inside an interactivity payload.
     let payload = format!(r#"{{"type":"block_actions","x":{open}"#);
-    assert_eq!(
-        classify(FORM, &form(&[("payload", &payload)])),
-        Err(ClassifyError::BadPayload)
-    );
+    assert_eq!(classify(FORM, &form(&[("payload", &payload)])), Err(ClassifyError::BadPayload));
 }
 
 // ---------------------------------------------------------------- forms (commands, interactivity)
@@ -288,10 +254,7 @@ fn slash_command_without_trigger_id_uses_body_hash() {
     // Identical bodies, identical receipts; a different body, a different receipt.
     let again = delivery(classify(FORM, &body));
     assert_eq!(d.receipt, again.receipt);
-    let other = delivery(classify(
-        FORM,
-        &form(&[("command", "/deploy"), ("text", "staging")]),
-    ));
+    let other = delivery(classify(FORM, &form(&[("command", "/deploy"), ("text", "staging")])));
     assert_ne!(d.receipt, other.receipt);
 
     // An empty trigger_id counts as none.
@@ -302,20 +265,13 @@ fn slash_command_without_trigger_id_uses_body_hash() {
 #[test]
 fn slash_command_with_long_trigger_id_is_hashed() {
     let trigger = "1".repeat(200);
-    let d = delivery(classify(
-        FORM,
-        &form(&[("command", "/x"), ("trigger_id", &trigger)]),
-    ));
+    let d = delivery(classify(FORM, &form(&[("command", "/x"), ("trigger_id", &trigger)])));
     assert_hashed_id(&d.receipt, 't', &trigger);
 }
 
 #[test]
 fn command_wins_over_payload() {
-    let body = form(&[
-        ("payload", r#"{"type":"block_actions"}"#),
-        ("command", "/x"),
-        ("trigger_id", "T1"),
-    ]);
+    let body = form(&[("payload", r#"{"type":"block_actions"}"#), ("command", "/x"), ("trigger_id", "T1")]);
     let d = delivery(classify(FORM, &body));
     assert_eq!(d.kind, Kind::Command);
     assert_raw_receipt(&d.receipt, 't', "T1");
@@ -323,20 +279,11 @@ fn command_wins_over_payload() {
 
 #[test]
 fn ssl_check_is_answered() {
-    assert_eq!(
-        classify(FORM, &form(&[("ssl_check", "1"), ("token", "x")])),
-        Ok(Request::SslCheck)
-    );
+    assert_eq!(classify(FORM, &form(&[("ssl_check", "1"), ("token", "x")])), Ok(Request::SslCheck));
     // Even alongside a command.
-    assert_eq!(
-        classify(FORM, &form(&[("command", "/x"), ("ssl_check", "1")])),
-        Ok(Request::SslCheck)
-    );
+    assert_eq!(classify(FORM, &form(&[("command", "/x"), ("ssl_check", "1")])), Ok(Request::SslCheck));
     // ssl_check=0 is not a check.
-    assert_eq!(
-        classify(FORM, &form(&[("ssl_check", "0")])),
-        Err(ClassifyError::UnknownForm)
-    );
+    assert_eq!(classify(FORM, &form(&[("ssl_check", "0")])), Err(ClassifyError::UnknownForm));
 }
 
 #[test]
@@ -359,10 +306,7 @@ fn view_submission_receipt_is_trigger_id() {
 
 #[test]
 fn block_suggestion_without_trigger_id_uses_body_hash() {
-    let body = form(&[(
-        "payload",
-        r#"{"type":"block_suggestion","action_id":"a","value":"que"}"#,
-    )]);
+    let body = form(&[("payload", r#"{"type":"block_suggestion","action_id":"a","value":"que"}"#)]);
     let d = delivery(classify(FORM, &body));
     assert_eq!(d.kind, Kind::Interactivity);
     assert_body_hash(&d.receipt, &body);
@@ -372,10 +316,7 @@ fn block_suggestion_without_trigger_id_uses_body_hash() {
 
 #[test]
 fn interactivity_payload_without_type_has_empty_detail() {
-    let d = delivery(classify(
-        FORM,
-        &form(&[("payload", r#"{"trigger_id":"T9"}"#)]),
-    ));
+    let d = delivery(classify(FORM, &form(&[("payload", r#"{"trigger_id":"T9"}"#)])));
     assert_eq!(d.kind, Kind::Interactivity);
     assert_eq!(d.detail, "");
     assert_raw_receipt(&d.receipt, 't', "T9");
@@ -383,26 +324,15 @@ fn interactivity_payload_without_type_has_empty_detail() {
 
 #[test]
 fn form_without_command_or_payload_is_unknown() {
-    assert_eq!(
-        classify(FORM, &form(&[("token", "x"), ("text", "hi")])),
-        Err(ClassifyError::UnknownForm)
-    );
+    assert_eq!(classify(FORM, &form(&[("token", "x"), ("text", "hi")])), Err(ClassifyError::UnknownForm));
     assert_eq!(classify(FORM, b"&&&==&"), Err(ClassifyError::UnknownForm));
 }
 
 #[test]
 fn payload_that_is_not_a_json_object_is_bad_payload() {
-    for payload in [
-        "not json",
-        "{",
-        r#"{"type":}"#,
-        "[]",
-        r#"[{"type":"block_actions"}]"#,
-        r#""block_actions""#,
-        "7",
-        "",
-        "null",
-    ] {
+    for payload in
+        ["not json", "{", r#"{"type":}"#, "[]", r#"[{"type":"block_actions"}]"#, r#""block_actions""#, "7", "", "null"]
+    {
         assert_eq!(
             classify(FORM, &form(&[("payload", payload)])),
             Err(ClassifyError::BadPayload),
@@ -416,50 +346,26 @@ fn payload_that_is_not_a_json_object_is_bad_payload() {
 #[test]
 fn content_type_is_case_insensitive_and_may_carry_parameters() {
     let body = br#"{"type":"app_rate_limited"}"#;
-    assert_eq!(
-        classify(b"Application/JSON; charset=utf-8", body),
-        Ok(Request::RateLimited)
-    );
+    assert_eq!(classify(b"Application/JSON; charset=utf-8", body), Ok(Request::RateLimited));
     let body = form(&[("ssl_check", "1")]);
-    assert_eq!(
-        classify(b"APPLICATION/X-WWW-FORM-URLENCODED; charset=utf-8", &body),
-        Ok(Request::SslCheck)
-    );
+    assert_eq!(classify(b"APPLICATION/X-WWW-FORM-URLENCODED; charset=utf-8", &body), Ok(Request::SslCheck));
 }
 
 #[test]
 fn declared_content_type_beats_sniffing() {
     // JSON declared, form body: not an object.
-    assert_eq!(
-        classify(JSON, &form(&[("ssl_check", "1")])),
-        Err(ClassifyError::NotObject)
-    );
+    assert_eq!(classify(JSON, &form(&[("ssl_check", "1")])), Err(ClassifyError::NotObject));
     // Form declared, JSON body: no command or payload.
-    assert_eq!(
-        classify(FORM, br#"{"type":"app_rate_limited"}"#),
-        Err(ClassifyError::UnknownForm)
-    );
+    assert_eq!(classify(FORM, br#"{"type":"app_rate_limited"}"#), Err(ClassifyError::UnknownForm));
 }
 
 #[test]
 fn content_type_is_sniffed_when_missing_or_unknown() {
     for ct in [&b""[..], b"text/plain", b"application/octet-stream"] {
-        assert_eq!(
-            classify(ct, br#"{"type":"app_rate_limited"}"#),
-            Ok(Request::RateLimited)
-        );
-        assert_eq!(
-            classify(ct, b" \r\n\t{\"type\":\"app_rate_limited\"}"),
-            Ok(Request::RateLimited)
-        );
-        assert_eq!(
-            classify(ct, &form(&[("ssl_check", "1")])),
-            Ok(Request::SslCheck)
-        );
-        let d = delivery(classify(
-            ct,
-            &form(&[("command", "/x"), ("trigger_id", "T1")]),
-        ));
+        assert_eq!(classify(ct, br#"{"type":"app_rate_limited"}"#), Ok(Request::RateLimited));
+        assert_eq!(classify(ct, b" \r\n\t{\"type\":\"app_rate_limited\"}"), Ok(Request::RateLimited));
+        assert_eq!(classify(ct, &form(&[("ssl_check", "1")])), Ok(Request::SslCheck));
+        let d = delivery(classify(ct, &form(&[("command", "/x"), ("trigger_id", "T1")])));
         assert_eq!(d.kind, Kind::Command);
         // A JSON array is not sniffed as JSON; as a form it has no command.
         assert_eq!(classify(ct, b"[1]"), Err(ClassifyError::UnknownForm));
@@ -470,12 +376,7 @@ fn content_type_is_sniffed_when_missing_or_unknown() {
 
 #[test]
 fn kind_round_trips_through_its_name() {
-    for k in [
-        Kind::Event,
-        Kind::Command,
-        Kind::Interactivity,
-        Kind::Opaque,
-    ] {
+    for k in [Kind::Event, Kind::Command, Kind::Interactivity, Kind::Opaque] {
         assert_eq!(Kind::parse(k.as_str()), k);
     }
     assert_eq!(Kind::parse("nonsense"), Kind::Opaque);
@@ -485,16 +386,8 @@ fn kind_round_trips_through_its_name() {
 #[test]
 fn receipt_prefixes_do_not_collide() {
     let same = "X1";
-    let e = delivery(classify(
-        JSON,
-        br#"{"type":"event_callback","event_id":"X1"}"#,
-    ))
-    .receipt;
-    let t = delivery(classify(
-        FORM,
-        &form(&[("command", "/x"), ("trigger_id", same)]),
-    ))
-    .receipt;
+    let e = delivery(classify(JSON, br#"{"type":"event_callback","event_id":"X1"}"#)).receipt;
+    let t = delivery(classify(FORM, &form(&[("command", "/x"), ("trigger_id", same)]))).receipt;
     assert_ne!(e, t);
     assert!(e.starts_with("e:") && t.starts_with("t:"));
 }
@@ -522,21 +415,11 @@ fn check_invariants(ct: &[u8], body: &[u8]) {
     let Ok(Request::Delivery(d)) = classify(ct, body) else {
         return;
     };
-    let ok_prefix = ["e:", "e#", "t:", "t#", "h:"]
-        .iter()
-        .any(|p| d.receipt.starts_with(p));
+    let ok_prefix = ["e:", "e#", "t:", "t#", "h:"].iter().any(|p| d.receipt.starts_with(p));
     assert!(ok_prefix, "receipt {:?}", d.receipt);
     // Bounded and printable: safe inside a Redis key.
-    assert!(
-        d.receipt.len() <= 2 + MAX_ID_LEN.max(64),
-        "receipt {:?}",
-        d.receipt
-    );
-    assert!(
-        d.receipt.bytes().all(|b| b.is_ascii_graphic()),
-        "receipt {:?}",
-        d.receipt
-    );
+    assert!(d.receipt.len() <= 2 + MAX_ID_LEN.max(64), "receipt {:?}", d.receipt);
+    assert!(d.receipt.bytes().all(|b| b.is_ascii_graphic()), "receipt {:?}", d.receipt);
 }
 
 #[test]
@@ -548,15 +431,8 @@ fn random_bytes_never_panic() {
     for i in 0..4_000 {
         let len = rng.below(160);
         let structured = i % 2 == 0;
-        let mut body: Vec<u8> = (0..len)
-            .map(|_| {
-                if structured {
-                    ALPHABET[rng.below(ALPHABET.len())]
-                } else {
-                    rng.next() as u8
-                }
-            })
-            .collect();
+        let mut body: Vec<u8> =
+            (0..len).map(|_| if structured { ALPHABET[rng.below(ALPHABET.len())] } else { rng.next() as u8 }).collect();
         if i % 3 == 0 {
             body.insert(0, b'{');
         }
@@ -569,26 +445,10 @@ fn random_bytes_never_panic() {
 #[test]
 fn mutated_valid_bodies_never_panic() {
     let seeds: Vec<(&[u8], Vec<u8>)> = vec![
-        (
-            JSON,
-            br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message","text":"hi"}}"#
-                .to_vec(),
-        ),
-        (
-            JSON,
-            br#"{"type":"url_verification","challenge":"abc"}"#.to_vec(),
-        ),
-        (
-            FORM,
-            form(&[("command", "/x"), ("text", "a b"), ("trigger_id", "1.2.3")]),
-        ),
-        (
-            FORM,
-            form(&[(
-                "payload",
-                r#"{"type":"block_actions","trigger_id":"1.2","actions":[{"value":"é"}]}"#,
-            )]),
-        ),
+        (JSON, br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message","text":"hi"}}"#.to_vec()),
+        (JSON, br#"{"type":"url_verification","challenge":"abc"}"#.to_vec()),
+        (FORM, form(&[("command", "/x"), ("text", "a b"), ("trigger_id", "1.2.3")])),
+        (FORM, form(&[("payload", r#"{"type":"block_actions","trigger_id":"1.2","actions":[{"value":"é"}]}"#)])),
     ];
     let mut rng = XorShift(0xDEAD_BEEF_CAFE_F00D);
     for _ in 0..2_000 {
@@ -639,7 +499,6 @@ fn invalid_utf8_never_panics() {
 }
 
 #[test]
-#[ignore = "bug: a signed JSON object whose known fields have unexpected types is refused as BadJson instead of forwarded as Opaque"]
 fn unknown_shape_with_unexpected_field_types_is_opaque() {
     for body in [
         &br#"{"type":"something_new","event":"not an object"}"#[..],

@@ -80,7 +80,8 @@ impl Gateway {
         let (port, admin_port) = (super::free_port(), super::free_port());
         let config_path = dir.path().join("gateway.toml");
         std::fs::File::create(&config_path).unwrap().write_all(cfg.render(port, admin_port).as_bytes()).unwrap();
-        let mut gw = Gateway { child: None, port, admin_port, config_path, log_path: dir.path().join("gateway.log"), _dir: dir };
+        let mut gw =
+            Gateway { child: None, port, admin_port, config_path, log_path: dir.path().join("gateway.log"), _dir: dir };
         gw.spawn().await;
         gw
     }

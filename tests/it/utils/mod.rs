@@ -87,8 +87,8 @@ impl Req {
 
 /// Send one request; returns status and body.
 pub async fn send(port: u16, req: Req) -> (u16, Bytes) {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut b = hyper::Request::builder()
         .method(req.method)
         .uri(format!("http://127.0.0.1:{port}{}", req.path))

@@ -89,7 +89,8 @@ impl Receiver {
                 let st = st.clone();
                 conns.spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(st.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
         });
@@ -132,7 +133,11 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
-    let ts = parts.headers.get("x-slack-request-timestamp").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<i64>().ok());
+    let ts = parts
+        .headers
+        .get("x-slack-request-timestamp")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i64>().ok());
     let sig = parts.headers.get("x-slack-signature").and_then(|v| v.to_str().ok()).unwrap_or("");
     let signature_ok = ts.is_some_and(|ts| super::sign(&st.secret, ts, &body) == sig);
     let timestamp_fresh = ts.is_some_and(|ts| (now - ts as f64).abs() <= 5.0);
