@@ -99,6 +99,8 @@ fn redact_url(url: &str) -> String {
 
 fn run(opts: RunOpts) -> anyhow::Result<()> {
     crate::init_tracing();
+    // One rustls provider for the whole process: Pingora's upstream TLS and `rediss://` alike.
+    pingora::tls::install_default_crypto_provider();
     let overrides = Overrides { listen: opts.listen, admin_listen: opts.admin_listen, redis_url: opts.redis_url };
     let config = Arc::new(Config::from_file(&opts.config.config, &overrides)?);
     let embedded = match &config.redis.target {
