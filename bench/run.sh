@@ -81,9 +81,9 @@ echo "redis_benchmark_record_script: ops_per_s=$REDIS_OPS"
 
 BYTES=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "{rb:bench:0}:outbox" SAMPLES 0)
 N=$(redis-cli -p "$REDIS_PORT" XLEN "{rb:bench:0}:outbox")
-KEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern '{rb:bench:0}:d:*' | head -1)
+KEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern '{rb:bench:0}:d:*' | head -1 || true)
 HASH=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$KEY")
-RKEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern '{rb:bench:0}:r:*' | head -1)
+RKEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern '{rb:bench:0}:r:*' | head -1 || true)
 RCPT=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$RKEY")
 
 echo
