@@ -80,7 +80,14 @@ fn sign(secret: &str, ts: u64, body: &[u8]) -> String {
     format!("v0={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-async fn one(client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>, o: &Opts, run: u64, n: u64, stats: &Stats, start: Instant) {
+async fn one(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    o: &Opts,
+    run: u64,
+    n: u64,
+    stats: &Stats,
+    start: Instant,
+) {
     let id = if o.dup_every > 0 && n % o.dup_every == 0 && n > 0 { n - 1 } else { n };
     let body = body_for(run, id);
     let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
