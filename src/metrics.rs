@@ -27,6 +27,14 @@ pub struct Metrics {
     /// Completions refused because another worker holds the lease now.
     pub fence_rejections: IntCounterVec,
     pub store_errors: IntCounterVec,
+    /// Deliveries acked but not forwarded, by filter reason.
+    pub ignored: IntCounterVec,
+    /// Waiting deliveries cancelled by a `message_deleted`.
+    pub cancelled: IntCounterVec,
+    /// Inline pass-through of commands and interactions: in_time, late, expired, no_answer.
+    pub inline: IntCounterVec,
+    /// Late replies posted to a `response_url`: posted, failed.
+    pub response_url_posts: IntCounterVec,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -53,6 +61,10 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         upstream_responses: counter!("upstream_responses_total", "Bot answers by status class", &["app", "class"]),
         fence_rejections: counter!("fence_rejections_total", "Completions refused by the lease fence", &["app"]),
         store_errors: counter!("store_errors_total", "Redis errors by operation", &["app", "op"]),
+        ignored: counter!("ignored_total", "Deliveries acked and not forwarded, by filter", &["app", "reason"]),
+        cancelled: counter!("cancelled_total", "Waiting deliveries cancelled by message_deleted", &["app"]),
+        inline: counter!("inline_total", "Inline pass-through outcomes", &["app", "kind", "outcome"]),
+        response_url_posts: counter!("response_url_posts_total", "Late replies posted to response_url", &["app", "outcome"]),
         registry: r,
     }
 });

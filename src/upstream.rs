@@ -67,20 +67,65 @@ impl UpstreamClient {
 
     /// Send one attempt; the whole exchange is bounded by `timeout`.
     pub async fn send(&self, req: Outgoing<'_>, timeout: Duration) -> Result<Response, SendError> {
-        match tokio::time::timeout(timeout, self.exchange(req, timeout)).await {
+        match tokio::time::timeout(timeout, self.attempt(req, timeout)).await {
             Ok(r) => r,
             Err(_) => Err(SendError::Timeout),
         }
     }
 
-    async fn exchange(&self, req: Outgoing<'_>, timeout: Duration) -> Result<Response, SendError> {
-        let peer = peer_for(req.upstream, timeout).await?;
+    /// POST a JSON reply to a Slack `response_url` (no Slack signature: that is for bots).
+    pub async fn post_json(&self, url: &str, json: Bytes, timeout: Duration) -> Result<Response, SendError> {
+        let upstream = Upstream::parse(url).map_err(|e| SendError::Connect(format!("response_url {e}")))?;
+        let path = upstream.path.clone().unwrap_or_else(|| "/".into());
+        let bad = |e: Box<pingora::Error>| SendError::Io(e.to_string());
+        let mut h = RequestHeader::build("POST", path.as_bytes(), Some(4)).map_err(bad)?;
+        for (name, value) in [
+            ("Host", upstream.authority()),
+            ("Content-Type", "application/json".to_string()),
+            ("Content-Length", json.len().to_string()),
+        ] {
+            h.insert_header(name, value).map_err(bad)?;
+        }
+        let call = self.exchange(&upstream, h, json, timeout);
+        tokio::time::timeout(timeout, call).await.unwrap_or(Err(SendError::Timeout))
+    }
+
+    /// Post a bot's late answer to a slash command or block action to its `response_url`,
+    /// once; a failure is counted, not retried (the URL is valid 5 times in 30 minutes).
+    pub async fn post_late_reply(&self, app: &str, url: &str, content_type: Option<&str>, body: &[u8]) {
+        let Some(json) = crate::slack::late_reply(content_type, body) else { return };
+        let outcome = match self.post_json(url, Bytes::from(json), Duration::from_secs(5)).await {
+            Ok(r) if (200..300).contains(&r.status) => "posted",
+            Ok(r) => {
+                tracing::warn!(status = r.status, "response_url refused the late reply");
+                "failed"
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot post the late reply to response_url");
+                "failed"
+            }
+        };
+        crate::metrics::METRICS.response_url_posts.with_label_values(&[app, outcome]).inc();
+    }
+
+    async fn attempt(&self, req: Outgoing<'_>, timeout: Duration) -> Result<Response, SendError> {
         let header = request_header(&req)?;
+        self.exchange(req.upstream, header, req.body, timeout).await
+    }
+
+    async fn exchange(
+        &self,
+        upstream: &Upstream,
+        header: RequestHeader,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Response, SendError> {
+        let peer = peer_for(upstream, timeout).await?;
         let (mut session, _reused) =
             self.connector.get_http_session(&peer).await.map_err(|e| SendError::Connect(e.to_string()))?;
         let io = |e: Box<pingora::Error>| SendError::Io(e.to_string());
         session.write_request_header(Box::new(header)).await.map_err(io)?;
-        session.write_request_body(req.body, true).await.map_err(io)?;
+        session.write_request_body(body, true).await.map_err(io)?;
         session.finish_request_body().await.map_err(io)?;
         session.read_response_header().await.map_err(io)?;
         let head = session.response_header().ok_or_else(|| SendError::Io("no response header".into()))?;

@@ -49,6 +49,10 @@ pub struct AppSection {
     #[serde(default)]
     pub dedupe: DedupeSection,
     #[serde(default)]
+    pub ignore: IgnoreSection,
+    #[serde(default)]
+    pub inline: InlineSection,
+    #[serde(default)]
     pub delivery: DeliverySection,
 }
 
@@ -56,6 +60,32 @@ pub struct AppSection {
 #[serde(deny_unknown_fields)]
 pub struct DedupeSection {
     pub ttl: Option<String>,
+    pub message: Option<bool>,
+    pub edits: Option<String>,
+    pub cancel_on_delete: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IgnoreSection {
+    pub own_messages: Option<bool>,
+    pub bot_messages: Option<bool>,
+    #[serde(default)]
+    pub allow_bots: Vec<String>,
+    #[serde(default)]
+    pub subtypes: Vec<String>,
+    #[serde(default)]
+    pub channels_allow: Vec<String>,
+    #[serde(default)]
+    pub channels_deny: Vec<String>,
+}
+
+/// `inline = { command = "2.5s", interactivity = "off" }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InlineSection {
+    pub command: Option<String>,
+    pub interactivity: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

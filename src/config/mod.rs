@@ -83,6 +83,15 @@ pub struct AppConfig {
     pub interactivity_path: String,
     pub passthrough: Vec<String>,
     pub receipt_ttl: Duration,
+    /// Collapse the events of one human message (`app_mention` + `message`) into one forward.
+    pub message_dedupe: bool,
+    /// A `message_deleted` cancels the deleted message's delivery while it is still waiting.
+    pub cancel_on_delete: bool,
+    pub rules: crate::slack::Rules,
+    /// Answer slash commands inline within this budget (`None`: in the background only).
+    pub inline_command: Option<Duration>,
+    /// Answer interactive payloads inline within this budget (`None`: in the background only).
+    pub inline_interactivity: Option<Duration>,
     pub delivery: DeliveryConfig,
 }
 
@@ -109,6 +118,12 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// Parse an `http://` or `https://` URL (the message never repeats the URL, which may
+    /// carry credentials).
+    pub fn parse(text: &str) -> Result<Upstream, String> {
+        parse_upstream(text)
+    }
+
     /// `host[:port]` for the Host header (port omitted when it is the scheme's default).
     pub fn authority(&self) -> String {
         let default = if self.tls { 443 } else { 80 };
@@ -332,6 +347,25 @@ impl Validator<'_> {
             );
         }
         let delivery = self.delivery(i, a)?;
+        let edits_mention_added = match a.dedupe.edits.as_deref() {
+            None | Some("all") => false,
+            Some("mention-added") => true,
+            Some(other) => {
+                return Err(self.err(&key("dedupe.edits"), format!("`{other}`: use \"all\" or \"mention-added\"")))
+            }
+        };
+        let ig = &a.ignore;
+        let rules = crate::slack::Rules {
+            own_messages: ig.own_messages.unwrap_or(true),
+            bot_messages: ig.bot_messages.unwrap_or(false),
+            allow_bots: ig.allow_bots.clone(),
+            subtypes: ig.subtypes.clone(),
+            channels_allow: ig.channels_allow.clone(),
+            channels_deny: ig.channels_deny.clone(),
+            edits_mention_added,
+        };
+        let inline_command = self.inline(&key("inline.command"), &a.inline.command, &delivery)?;
+        let inline_interactivity = self.inline(&key("inline.interactivity"), &a.inline.interactivity, &delivery)?;
         Ok(AppConfig {
             name,
             secrets,
@@ -341,8 +375,30 @@ impl Validator<'_> {
             interactivity_path,
             passthrough: a.passthrough.clone(),
             receipt_ttl,
+            message_dedupe: a.dedupe.message.unwrap_or(false),
+            cancel_on_delete: a.dedupe.cancel_on_delete.unwrap_or(false),
+            rules,
+            inline_command,
+            inline_interactivity,
             delivery,
         })
+    }
+
+    /// An inline budget: a duration below Slack's 3 s, or "off".
+    fn inline(&self, key: &str, value: &Option<String>, d: &DeliveryConfig) -> Result<Option<Duration>, ConfigError> {
+        let budget = match value.as_deref() {
+            Some("off") => return Ok(None),
+            // The attempt behind the inline answer never outlives one delivery timeout.
+            None => Duration::from_millis(2500).min(d.timeout),
+            Some(text) => parse_duration(text).map_err(|m| self.err(key, m))?,
+        };
+        if budget.is_zero() || budget > Duration::from_millis(2900) {
+            return Err(self.err(key, "must be above 0 and at most 2900ms (Slack waits 3 s), or \"off\""));
+        }
+        if budget > d.timeout {
+            return Err(self.err(key, "must not exceed delivery.timeout"));
+        }
+        Ok(Some(budget))
     }
 
     fn secrets(&self, i: usize, a: &AppSection) -> Result<Vec<Secret>, ConfigError> {

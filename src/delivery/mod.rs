@@ -17,6 +17,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::config::{AppConfig, Config};
 use crate::metrics::{status_class, METRICS};
 use crate::outbox::{self, Finish, Lease, ShardKeys, Store};
+use crate::slack::{self, Kind};
 use crate::upstream::{Outgoing, UpstreamClient};
 use policy::Verdict;
 
@@ -213,6 +214,13 @@ async fn attempt(s: &Shard, lease: Lease) {
             return warn!(error = %e, "cannot load delivery; its lease will expire and it will be retried");
         }
     };
+    if stored.kind == Kind::Interactivity && stored.detail == "block_suggestion" {
+        // Its inline attempt failed or its holder died: options are useless by now.
+        if let Ok(true) = s.store.finish(&s.keys, &s.consumer, &lease, Finish::Done).await {
+            METRICS.inline.with_label_values(&[app, stored.kind.as_str(), "expired"]).inc();
+        }
+        return;
+    }
     let attempt_no = stored.retries + lease.token;
     let out = Outgoing {
         upstream: &s.app.upstream,
@@ -251,9 +259,14 @@ async fn attempt(s: &Shard, lease: Lease) {
     match s.store.finish(&s.keys, &s.consumer, &lease, finish).await {
         Ok(true) => {
             METRICS.deliveries.with_label_values(&[app, outcome]).inc();
-            if outcome == "delivered" {
+            if let (Verdict::Delivered, Ok(resp)) = (&verdict, &result) {
                 let lag = now.saturating_sub(stored.received_ms) as f64 / 1000.0;
                 METRICS.delivered_lag_seconds.with_label_values(&[app]).observe(lag);
+                // A command's or block action's answer cannot reach Slack in the request any more.
+                if slack::replies_late(stored.kind, &stored.detail) && !stored.response_url.is_empty() {
+                    let ct = resp.content_type.as_deref();
+                    s.client.post_late_reply(app, &stored.response_url, ct, &resp.body).await;
+                }
             }
             info!(attempt = attempt_no, outcome, "attempt finished");
         }

@@ -31,7 +31,7 @@ pub enum StoreError {
 /// The Redis keys of one app shard.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
-    tag: String,
+    pub tag: String,
     pub stream: String,
     pub sched: String,
     pub dead: String,
@@ -72,13 +72,34 @@ pub struct NewDelivery<'a> {
     pub kind: Kind,
     pub received_ms: u64,
     pub ttl: Duration,
+    pub placement: Placement,
+    /// The message claim (`m:…`) that collapses several events of one human message.
+    pub claim: Option<&'a str>,
+    /// The claim of a message being deleted, whose waiting delivery is to be cancelled.
+    pub cancel: Option<&'a str>,
+    /// The interaction type or command, for the workers' rules.
+    pub detail: &'a str,
+    pub response_url: &'a str,
+}
+
+/// Where a new delivery waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// On the stream, for the workers.
+    Stream,
+    /// Held by the ingress for an inline attempt until `due_ms`, then promoted to the workers.
+    Inline { due_ms: u64 },
 }
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Recorded {
-    New,
-    /// Seen before; carries the id of the original delivery.
+    /// Recorded; `cancelled` when it also cancelled a deleted message's waiting delivery.
+    New { cancelled: bool },
+    /// A retry of a known receipt; carries the id of the original delivery.
     Duplicate(String),
+    /// Another event of a message that is already claimed (e.g. `message` after
+    /// `app_mention`); carries the id of the delivery that claimed it.
+    DuplicateMessage(String),
 }
 
 /// An entry this worker holds: `(consumer, token)` is its claim on it.
@@ -99,6 +120,9 @@ pub struct Stored {
     pub received_ms: u64,
     /// Attempts that already ended in a retry.
     pub retries: u64,
+    /// The interaction type or command.
+    pub detail: String,
+    pub response_url: String,
 }
 
 /// How an attempt chain step ends.
@@ -109,11 +133,22 @@ pub enum Finish<'a> {
     Dead { now_ms: u64, status: &'a str, error: &'a str },
 }
 
+impl Finish<'_> {
+    fn parts(&self) -> (&'static str, u64, &str, &str) {
+        match *self {
+            Finish::Done => ("done", 0, "", ""),
+            Finish::Retry { due_ms, status, error } => ("retry", due_ms, status, error),
+            Finish::Dead { now_ms, status, error } => ("dead", now_ms, status, error),
+        }
+    }
+}
+
 /// The store handle: cheap to clone, one multiplexed connection underneath.
 #[derive(Clone)]
 pub struct Store {
     conn: ConnectionManager,
     record: Script,
+    inline_finish: Script,
     extend: Script,
     finish: Script,
     reclaim: Script,
@@ -137,6 +172,7 @@ impl Store {
         Store {
             conn,
             record: Script::new(scripts::RECORD),
+            inline_finish: Script::new(scripts::INLINE_FINISH),
             extend: Script::new(scripts::EXTEND),
             finish: Script::new(scripts::FINISH),
             reclaim: Script::new(scripts::RECLAIM),
@@ -147,11 +183,21 @@ impl Store {
     /// The one round trip before the ack: claim the receipt and append to the outbox, or report
     /// a duplicate.
     pub async fn record(&self, keys: &ShardKeys, d: &NewDelivery<'_>) -> Result<Recorded, StoreError> {
-        let (new, id): (i64, String) = self
+        let receipt = keys.receipt(d.receipt);
+        let claim = d.claim.map(|c| keys.receipt(c));
+        let cancel = d.cancel.map(|c| keys.receipt(c));
+        let (mode, due) = match d.placement {
+            Placement::Stream => ("stream", 0),
+            Placement::Inline { due_ms } => ("inline", due_ms),
+        };
+        let (status, id, cancelled): (i64, String, i64) = self
             .record
-            .key(keys.receipt(d.receipt))
+            .key(&receipt)
             .key(&keys.stream)
             .key(keys.delivery(d.id))
+            .key(&keys.sched)
+            .key(claim.as_deref().unwrap_or(&receipt))
+            .key(cancel.as_deref().unwrap_or(&receipt))
             .arg(d.ttl.as_millis() as u64)
             .arg(d.id)
             .arg(d.body)
@@ -159,9 +205,40 @@ impl Store {
             .arg(d.path)
             .arg(d.kind.as_str())
             .arg(d.received_ms)
+            .arg(mode)
+            .arg(due)
+            .arg(u8::from(claim.is_some()))
+            .arg(u8::from(cancel.is_some()))
+            .arg(&keys.tag)
+            .arg(GROUP)
+            .arg(d.detail)
+            .arg(d.response_url)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(if new == 1 { Recorded::New } else { Recorded::Duplicate(id) })
+        Ok(match status {
+            1 => Recorded::New { cancelled: cancelled == 1 },
+            2 => Recorded::DuplicateMessage(id),
+            _ => Recorded::Duplicate(id),
+        })
+    }
+
+    /// Fenced completion of an inline delivery by the ingress that holds it. `false`: its
+    /// hold ran out and the workers own it now; nothing was changed.
+    pub async fn inline_finish(&self, keys: &ShardKeys, delivery: &str, how: Finish<'_>) -> Result<bool, StoreError> {
+        let (mode, at, status, error) = how.parts();
+        let ok: i64 = self
+            .inline_finish
+            .key(&keys.sched)
+            .key(keys.delivery(delivery))
+            .key(&keys.dead)
+            .arg(delivery)
+            .arg(mode)
+            .arg(at)
+            .arg(status)
+            .arg(error)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok == 1)
     }
 
     /// Create the consumer group if it is missing, reading from the start of the stream so
@@ -197,6 +274,8 @@ impl Store {
             kind: Kind::parse(&text("k")),
             received_ms: num("rcv"),
             retries: num("n"),
+            detail: text("x"),
+            response_url: text("ru"),
         }))
     }
 
@@ -222,11 +301,7 @@ impl Store {
         lease: &Lease,
         how: Finish<'_>,
     ) -> Result<bool, StoreError> {
-        let (mode, at, status, error) = match how {
-            Finish::Done => ("done", 0, "", ""),
-            Finish::Retry { due_ms, status, error } => ("retry", due_ms, status, error),
-            Finish::Dead { now_ms, status, error } => ("dead", now_ms, status, error),
-        };
+        let (mode, at, status, error) = how.parts();
         let ok: i64 = self
             .finish
             .key(&keys.stream)
@@ -283,6 +358,7 @@ impl Store {
             .key(&keys.stream)
             .arg(now_ms)
             .arg(max)
+            .arg(&keys.tag)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(n)

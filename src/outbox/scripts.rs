@@ -6,17 +6,79 @@
 //! A worker holds `(consumer, count)` as its claim token; once anyone re-claims the entry the
 //! count moves on and the old holder's completion is refused.
 
-/// KEYS: receipt, outbox stream, delivery hash.
-/// ARGV: receipt ttl ms, delivery id, body, content type, path, kind, received-at ms.
-/// Returns {1, id} when recorded, {0, existing id} for a duplicate.
+/// KEYS: receipt, outbox stream, delivery hash, schedule zset, message claim (or the receipt
+/// again when there is none), the claim of a message being deleted (or the receipt again).
+/// ARGV: receipt ttl ms, delivery id, body, content type, path, kind, received-at ms,
+/// placement (stream | inline), inline due ms, has claim (0/1), has cancel (0/1), key tag,
+/// group, detail, response url.
+///
+/// Returns {1, id, cancelled} when recorded, {0, original id, 0} for a retry of a known
+/// receipt, {2, original id, 0} for another event of a message already claimed. An inline
+/// delivery goes to the schedule zset with a due time one lease ahead: the ingress owns it
+/// while its score is in the future, and if the ingress dies it is promoted like any retry.
+/// (Keys built from ARGV below share KEYS' hash tag, so they live on the same node.)
 pub const RECORD: &str = r#"
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[1]) then
-  return {0, redis.call('GET', KEYS[1]) or ''}
+  return {0, redis.call('GET', KEYS[1]) or '', 0}
+end
+if ARGV[10] == '1' and not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[1]) then
+  local original = redis.call('GET', KEYS[5]) or ''
+  redis.call('SET', KEYS[1], original, 'XX', 'KEEPTTL')
+  return {2, original, 0}
+end
+local cancelled = 0
+if ARGV[11] == '1' then
+  local d = redis.call('GET', KEYS[6])
+  if d then
+    local hk = ARGV[12] .. ':d:' .. d
+    if redis.call('ZREM', KEYS[4], d) == 1 then
+      redis.call('DEL', hk)
+      cancelled = 1
+    else
+      local e = redis.call('HGET', hk, 'e')
+      if e then
+        local p = redis.pcall('XPENDING', KEYS[2], ARGV[13], e, e, 1)
+        local taken = type(p) == 'table' and #p > 0
+        if not taken and redis.call('XDEL', KEYS[2], e) == 1 then
+          redis.call('DEL', hk)
+          cancelled = 1
+        end
+      end
+    end
+  end
 end
 redis.call('HSET', KEYS[3], 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6],
-  'rcv', ARGV[7], 'n', 0)
-redis.call('XADD', KEYS[2], '*', 'd', ARGV[2])
-return {1, ARGV[2]}
+  'rcv', ARGV[7], 'n', 0, 'x', ARGV[14], 'ru', ARGV[15])
+if ARGV[8] == 'inline' then
+  redis.call('ZADD', KEYS[4], ARGV[9], ARGV[2])
+else
+  redis.call('HSET', KEYS[3], 'e', redis.call('XADD', KEYS[2], '*', 'd', ARGV[2]))
+end
+return {1, ARGV[2], cancelled}
+"#;
+
+/// KEYS: schedule zset, delivery hash, dead-letter stream. ARGV: delivery id, mode
+/// (done | retry | dead), due ms (retry) or now ms (dead), last status, last error.
+/// The inline owner's fence: it may act only while the delivery is still in the zset, i.e.
+/// before its lease-long due time promoted it to the workers. Returns 0 when fenced out.
+pub const INLINE_FINISH: &str = r#"
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 0
+end
+if ARGV[2] == 'done' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
+redis.call('HSET', KEYS[2], 'st', ARGV[4], 'err', ARGV[5])
+if ARGV[2] == 'retry' then
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[3], ARGV[1])
+  return 1
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('XADD', KEYS[3], '*', 'd', ARGV[1], 'st', ARGV[4], 'err', ARGV[5], 'attempts', n, 'at', ARGV[3])
+return 1
 "#;
 
 /// Shared head of the fenced scripts: ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer,
@@ -95,12 +157,16 @@ end
 return out
 "#;
 
-/// KEYS: schedule zset, outbox stream. ARGV: now ms, max entries.
-/// Moves retries that are due back onto the stream; returns how many.
+/// KEYS: schedule zset, outbox stream. ARGV: now ms, max entries, key tag.
+/// Moves retries that are due back onto the stream, noting the new entry in the delivery;
+/// returns how many.
 pub const PROMOTE: &str = r#"
 local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[2])
 for _, d in ipairs(due) do
-  redis.call('XADD', KEYS[2], '*', 'd', d)
+  local hk = ARGV[3] .. ':d:' .. d
+  if redis.call('EXISTS', hk) == 1 then
+    redis.call('HSET', hk, 'e', redis.call('XADD', KEYS[2], '*', 'd', d))
+  end
   redis.call('ZREM', KEYS[1], d)
 end
 return #due

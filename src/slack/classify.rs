@@ -2,12 +2,15 @@
 //! usually take events, commands and interactivity on one `/slack/events`), and the receipt key
 //! that absorbs Slack's retries of it.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The kinds of delivery that are recorded and forwarded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    #[default]
     Event,
     Command,
     Interactivity,
@@ -49,13 +52,41 @@ pub enum Request {
     Delivery(Delivery),
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Delivery {
     pub kind: Kind,
     /// `e:<event_id>`, `t:<trigger_id>` or `h:<sha256 of the body>`.
     pub receipt: String,
-    /// For logs: the inner event type, the command, or the interaction type.
+    /// The inner event type, the command, or the interaction type (`view_submission`, …).
     pub detail: String,
+    /// The channel the event or interaction happened in, when it names one.
+    pub channel: Option<String>,
+    /// For `message` and `app_mention` events: what identifies the human message.
+    pub message: Option<Message>,
+    /// The user ids that `authorizations` marks as this app's bot.
+    pub bot_users: Vec<String>,
+    /// Where a slash command or interaction may still be answered later.
+    pub response_url: Option<String>,
+}
+
+/// A message event, reduced to what dedupe, filters and cancellation need.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub team: String,
+    pub channel: String,
+    /// The human message's own `ts` (for `message_changed`, the edited message's; for
+    /// `message_deleted`, the deleted one's).
+    pub ts: String,
+    /// `message_changed` only: the edit's own timestamp.
+    pub edit_ts: Option<String>,
+    pub subtype: Option<String>,
+    /// The author (for an edit, the edited message's author).
+    pub user: Option<String>,
+    pub bot_id: Option<String>,
+    /// The text mentions one of `bot_users`.
+    pub mentions_bot: bool,
+    /// `message_changed` only: the text before the edit mentioned one of `bot_users`.
+    pub previously_mentioned_bot: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -123,16 +154,18 @@ fn classify_json(body: &[u8]) -> Result<Request, ClassifyError> {
         }
         "app_rate_limited" => Ok(Request::RateLimited),
         "event_callback" => {
-            let detail = env.get("event").and_then(|e| e.get("type")).and_then(Value::as_str).unwrap_or_default();
             let receipt = match text(&env, "event_id") {
                 Some(id) if !id.is_empty() => id_key('e', id),
                 _ => body_key(body),
             };
-            Ok(Request::Delivery(Delivery { kind: Kind::Event, receipt, detail: detail.to_string() }))
+            Ok(Request::Delivery(event_delivery(&env, receipt)))
         }
-        other => {
-            Ok(Request::Delivery(Delivery { kind: Kind::Opaque, receipt: body_key(body), detail: other.to_string() }))
-        }
+        other => Ok(Request::Delivery(Delivery {
+            kind: Kind::Opaque,
+            receipt: body_key(body),
+            detail: other.to_string(),
+            ..Delivery::default()
+        })),
     }
 }
 
@@ -141,9 +174,12 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
     let mut payload = None;
     let mut trigger_id = None;
     let mut ssl_check = false;
+    let (mut channel, mut response_url) = (None, None);
     for (k, v) in form_urlencoded::parse(body) {
         match &*k {
             "command" => command = Some(v),
+            "channel_id" => channel = Some(v),
+            "response_url" => response_url = Some(v),
             "payload" => payload = Some(v),
             "trigger_id" => trigger_id = Some(v),
             "ssl_check" => ssl_check = v == "1",
@@ -155,7 +191,14 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
     }
     if let Some(command) = command {
         let receipt = trigger_id.filter(|t| !t.is_empty()).map(|t| id_key('t', &t)).unwrap_or_else(|| body_key(body));
-        return Ok(Request::Delivery(Delivery { kind: Kind::Command, receipt, detail: command.into_owned() }));
+        return Ok(Request::Delivery(Delivery {
+            kind: Kind::Command,
+            receipt,
+            detail: command.into_owned(),
+            channel: channel.map(Cow::into_owned),
+            response_url: response_url.map(Cow::into_owned),
+            ..Delivery::default()
+        }));
     }
     let payload = payload.ok_or(ClassifyError::UnknownForm)?;
     let inner = parse_object(payload.as_bytes()).map_err(|_| ClassifyError::BadPayload)?;
@@ -164,7 +207,67 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
         _ => body_key(body),
     };
     let detail = text(&inner, "type").unwrap_or_default().to_string();
-    Ok(Request::Delivery(Delivery { kind: Kind::Interactivity, receipt, detail }))
+    let response_url = text(&inner, "response_url")
+        .or_else(|| inner.get("response_urls")?.get(0)?.get("response_url")?.as_str())
+        .map(String::from);
+    let channel = inner.get("channel").and_then(|c| c.get("id")).and_then(Value::as_str).map(String::from);
+    Ok(Request::Delivery(Delivery { kind: Kind::Interactivity, receipt, detail, channel, response_url, ..Delivery::default() }))
+}
+
+/// An `event_callback`: its type, channel, bot users and, for messages, the message identity.
+fn event_delivery(env: &Object, receipt: String) -> Delivery {
+    let event = env.get("event").and_then(Value::as_object);
+    let field = |k: &str| event.and_then(|e| text(e, k)).map(String::from);
+    let detail = field("type").unwrap_or_default();
+    let channel =
+        field("channel").or_else(|| event.and_then(|e| e.get("item")?.get("channel")?.as_str()).map(String::from));
+    let bot_users: Vec<String> = env
+        .get("authorizations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|a| a.get("is_bot").and_then(Value::as_bool) == Some(true))
+        .filter_map(|a| a.get("user_id")?.as_str().map(String::from))
+        .collect();
+    let message = match (event, detail.as_str()) {
+        (Some(e), "message" | "app_mention") => message_of(env, e, &bot_users),
+        _ => None,
+    };
+    Delivery { kind: Kind::Event, receipt, detail, channel, message, bot_users, response_url: None }
+}
+
+fn message_of(env: &Object, event: &Object, bot_users: &[String]) -> Option<Message> {
+    let team = text(event, "team").or_else(|| text(env, "team_id")).unwrap_or_default().to_string();
+    let channel = text(event, "channel")?.to_string();
+    let subtype = text(event, "subtype").map(String::from);
+    let mentions = |m: &Object| {
+        let t = text(m, "text").unwrap_or_default();
+        bot_users.iter().any(|u| t.contains(&format!("<@{u}>")))
+    };
+    let inner = |k: &str| event.get(k).and_then(Value::as_object);
+    let mut m = Message { team, channel, subtype: subtype.clone(), ..Message::default() };
+    match subtype.as_deref() {
+        Some("message_changed") => {
+            let edited = inner("message")?;
+            m.ts = text(edited, "ts")?.to_string();
+            m.edit_ts = text(event, "ts").map(String::from);
+            m.user = text(edited, "user").map(String::from);
+            m.bot_id = text(edited, "bot_id").map(String::from);
+            m.mentions_bot = mentions(edited);
+            m.previously_mentioned_bot = inner("previous_message").is_some_and(mentions);
+        }
+        Some("message_deleted") => {
+            let previous = inner("previous_message").and_then(|p| text(p, "ts"));
+            m.ts = text(event, "deleted_ts").or(previous)?.to_string();
+        }
+        _ => {
+            m.ts = text(event, "ts")?.to_string();
+            m.user = text(event, "user").map(String::from);
+            m.bot_id = text(event, "bot_id").map(String::from);
+            m.mentions_bot = mentions(event);
+        }
+    }
+    Some(m)
 }
 
 fn id_key(tag: char, id: &str) -> String {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use slackgate::outbox::{self, Finish, NewDelivery, Recorded, ShardKeys, Store};
+use slackgate::outbox::{self, Finish, NewDelivery, Placement, Recorded, ShardKeys, Store};
 use slackgate::slack::Kind;
 
 use crate::utils::*;
@@ -27,6 +27,11 @@ async fn record(store: &Store, keys: &ShardKeys, id: &str, receipt: &str) -> Rec
         kind: Kind::Event,
         received_ms: slackgate::delivery::now_ms(),
         ttl: Duration::from_secs(60),
+        placement: Placement::Stream,
+        claim: None,
+        cancel: None,
+        detail: "app_mention",
+        response_url: "",
     };
     store.record(keys, &d).await.unwrap()
 }
@@ -34,7 +39,7 @@ async fn record(store: &Store, keys: &ShardKeys, id: &str, receipt: &str) -> Rec
 #[tokio::test]
 async fn a_worker_whose_lease_was_taken_cannot_complete() {
     let (redis, store, mut reader, keys) = setup().await;
-    assert_eq!(record(&store, &keys, "0-a", "e:Ev1").await, Recorded::New);
+    assert_eq!(record(&store, &keys, "0-a", "e:Ev1").await, Recorded::New { cancelled: false });
     let held = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].delivery, "0-a");

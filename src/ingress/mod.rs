@@ -3,6 +3,9 @@
 //! reverse-proxied to the app's bot. Every answer here is decided by [`Ingress::answer`]; the
 //! trait methods only move bytes.
 
+mod inline;
+
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -17,13 +20,15 @@ use tracing::{debug, info, warn};
 use crate::config::{AppConfig, Config, RouteKind};
 use crate::delivery::now_ms;
 use crate::metrics::METRICS;
-use crate::outbox::{self, NewDelivery, Recorded, ShardKeys, Store};
-use crate::slack::{self, Request};
+use crate::outbox::{self, NewDelivery, Placement, Recorded, ShardKeys, Store};
+use crate::slack::{self, Kind, Request};
+use crate::upstream::UpstreamClient;
 
 pub struct Ingress {
     config: Arc<Config>,
     routes: HashMap<String, (usize, RouteKind)>,
     redis_url: String,
+    client: Arc<UpstreamClient>,
     /// Created on first use, on this service's runtime (see `outbox::connect_lazy`).
     store: OnceLock<Store>,
 }
@@ -37,7 +42,7 @@ pub struct Ctx {
 #[derive(Debug)]
 pub struct Answer {
     pub status: u16,
-    pub content_type: &'static str,
+    pub content_type: Cow<'static, str>,
     pub body: Bytes,
     pub kind: &'static str,
     pub outcome: &'static str,
@@ -45,7 +50,7 @@ pub struct Answer {
 
 impl Answer {
     fn empty(status: u16, kind: &'static str, outcome: &'static str) -> Self {
-        Answer { status, content_type: "text/plain", body: Bytes::new(), kind, outcome }
+        Answer { status, content_type: Cow::Borrowed("text/plain"), body: Bytes::new(), kind, outcome }
     }
     fn text(status: u16, kind: &'static str, outcome: &'static str, msg: &'static str) -> Self {
         Answer { body: Bytes::from_static(msg.as_bytes()), ..Self::empty(status, kind, outcome) }
@@ -54,7 +59,7 @@ impl Answer {
 
 impl Ingress {
     pub fn new(config: Arc<Config>, redis_url: String) -> Self {
-        Ingress { routes: config.routes(), config, redis_url, store: OnceLock::new() }
+        Ingress { routes: config.routes(), config, redis_url, client: Arc::new(UpstreamClient::new()), store: OnceLock::new() }
     }
 
     fn store(&self) -> Result<&Store, outbox::StoreError> {
@@ -66,7 +71,7 @@ impl Ingress {
     }
 
     /// Everything between the request line and the answer for one Slack route.
-    async fn answer(&self, session: &mut Session, app: &AppConfig) -> Answer {
+    async fn answer(&self, session: &mut Session, app: &Arc<AppConfig>) -> Answer {
         if session.req_header().method != http::Method::POST {
             return Answer::text(405, "unknown", "bad_method", "method not allowed\n");
         }
@@ -103,7 +108,7 @@ impl Ingress {
             Request::UrlVerification { challenge } => {
                 let body = serde_json::json!({ "challenge": challenge }).to_string();
                 Answer {
-                    content_type: "application/json",
+                    content_type: Cow::Borrowed("application/json"),
                     body: body.into(),
                     ..Answer::empty(200, "url_verification", "answered")
                 }
@@ -113,52 +118,102 @@ impl Ingress {
                 warn!(app = %app.name, "Slack reports app_rate_limited: it is dropping events for this app");
                 Answer::empty(200, "app_rate_limited", "ignored")
             }
-            Request::Delivery(d) => self.record(session, app, &d, &content_type, body).await,
+            Request::Delivery(d) => self.record(session, app, d, content_type, body).await,
         }
     }
 
-    /// The one Redis round trip before the ack, bounded by the pre-ack budget.
-    async fn record(&self, session: &Session, app: &AppConfig, d: &slack::Delivery, ct: &[u8], body: Bytes) -> Answer {
+    /// Filters, then the one Redis round trip before the ack (bounded by the pre-ack budget),
+    /// then for commands and interactions the inline attempt.
+    async fn record(&self, session: &Session, app: &Arc<AppConfig>, d: slack::Delivery, ct: Vec<u8>, body: Bytes) -> Answer {
         let kind = d.kind.as_str();
-        let shard = outbox::shard_of(&d.receipt, self.config.redis.shards);
+        if let Some(reason) = slack::ignore_reason(&d, &app.rules) {
+            METRICS.ignored.with_label_values(&[&app.name, reason]).inc();
+            debug!(app = %app.name, kind, receipt = %d.receipt, reason, "ignored by filter");
+            return Answer::empty(200, kind, "ignored");
+        }
+        let message = d.message.as_ref();
+        let claim = message.filter(|_| app.message_dedupe).and_then(slack::message_key);
+        let cancel = message.filter(|_| app.cancel_on_delete).and_then(slack::deleted_message_key);
+        // The message identity picks the shard, so every event of one message meets its claim.
+        let shard_key = claim.as_deref().or(cancel.as_deref()).unwrap_or(&d.receipt);
+        let shard = outbox::shard_of(shard_key, self.config.redis.shards);
         let keys = ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard);
         let id = format!("{shard}-{:016x}", rand::random::<u64>());
         let path = session.req_header().uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let inline = match d.kind {
+            Kind::Command => app.inline_command,
+            Kind::Interactivity => app.inline_interactivity,
+            Kind::Event | Kind::Opaque => None,
+        };
+        let received_ms = now_ms();
+        let placement = match inline {
+            Some(_) => Placement::Inline { due_ms: received_ms + app.delivery.lease.as_millis() as u64 },
+            None => Placement::Stream,
+        };
         let new = NewDelivery {
             id: &id,
             receipt: &d.receipt,
             body: &body,
-            content_type: ct,
+            content_type: &ct,
             path,
             kind: d.kind,
-            received_ms: now_ms(),
+            received_ms,
             ttl: app.receipt_ttl,
+            placement,
+            claim: claim.as_deref(),
+            cancel: cancel.as_deref(),
+            detail: &d.detail,
+            response_url: d.response_url.as_deref().unwrap_or(""),
         };
-        let recorded = match self.store() {
-            Ok(store) => tokio::time::timeout(self.config.server.ack_budget, store.record(&keys, &new)).await,
-            Err(e) => Ok(Err(e)),
+        let store = match self.store() {
+            Ok(store) => store,
+            Err(e) => return store_unavailable(app, kind, &e.to_string()),
+        };
+        let recorded = match tokio::time::timeout(self.config.server.ack_budget, store.record(&keys, &new)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return store_unavailable(app, kind, &e.to_string()),
+            Err(_) => return store_unavailable(app, kind, "the pre-ack budget ran out"),
         };
         match recorded {
-            Ok(Ok(Recorded::New)) => {
-                info!(app = %app.name, kind, detail = %d.detail, receipt = %d.receipt, delivery = %id, "accepted");
-                Answer::empty(200, kind, "accepted")
-            }
-            Ok(Ok(Recorded::Duplicate(original))) => {
+            Recorded::Duplicate(original) => {
                 info!(app = %app.name, kind, receipt = %d.receipt, delivery = %original, "duplicate absorbed");
                 Answer::empty(200, kind, "duplicate")
             }
-            Ok(Err(e)) => {
-                METRICS.store_errors.with_label_values(&[&app.name, "record"]).inc();
-                warn!(app = %app.name, error = %e, "cannot record; answering 503 so Slack retries");
-                Answer::text(503, kind, "store_unavailable", "store unavailable\n")
+            Recorded::DuplicateMessage(original) => {
+                info!(app = %app.name, kind, receipt = %d.receipt, delivery = %original, "another event of a claimed message absorbed");
+                Answer::empty(200, kind, "duplicate_message")
             }
-            Err(_) => {
-                METRICS.store_errors.with_label_values(&[&app.name, "record_timeout"]).inc();
-                warn!(app = %app.name, "record exceeded the pre-ack budget; answering 503 so Slack retries");
-                Answer::text(503, kind, "store_unavailable", "store unavailable\n")
+            Recorded::New { cancelled } => {
+                if cancelled {
+                    METRICS.cancelled.with_label_values(&[&app.name]).inc();
+                    info!(app = %app.name, "message deleted: its waiting delivery was cancelled");
+                }
+                info!(app = %app.name, kind, detail = %d.detail, receipt = %d.receipt, delivery = %id, "accepted");
+                let Some(budget) = inline else { return Answer::empty(200, kind, "accepted") };
+                let job = inline::InlineJob {
+                    app: app.clone(),
+                    keys,
+                    store: store.clone(),
+                    client: self.client.clone(),
+                    path: path.to_string(),
+                    id,
+                    kind: d.kind,
+                    detail: d.detail,
+                    response_url: d.response_url,
+                    content_type: String::from_utf8_lossy(&ct).into_owned(),
+                    body,
+                    received_ms,
+                };
+                inline::run(job, budget).await
             }
         }
     }
+}
+
+fn store_unavailable(app: &AppConfig, kind: &'static str, why: &str) -> Answer {
+    METRICS.store_errors.with_label_values(&[&app.name, "record"]).inc();
+    warn!(app = %app.name, error = why, "cannot record; answering 503 so Slack retries");
+    Answer::text(503, kind, "store_unavailable", "store unavailable\n")
 }
 
 /// A header's value when it occurs exactly once: two signatures or two timestamps are not
@@ -200,7 +255,7 @@ async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Answer> {
 
 async fn respond(session: &mut Session, answer: &Answer) -> Result<()> {
     let mut resp = ResponseHeader::build(answer.status, Some(2))?;
-    resp.insert_header("Content-Type", answer.content_type)?;
+    resp.insert_header("Content-Type", answer.content_type.as_ref())?;
     resp.insert_header("Content-Length", answer.body.len().to_string())?;
     if answer.status >= 400 {
         // The request body may be unread; never reuse such a connection.
