@@ -64,7 +64,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ignored: counter!("ignored_total", "Deliveries acked and not forwarded, by filter", &["app", "reason"]),
         cancelled: counter!("cancelled_total", "Waiting deliveries cancelled by message_deleted", &["app"]),
         inline: counter!("inline_total", "Inline pass-through outcomes", &["app", "kind", "outcome"]),
-        response_url_posts: counter!("response_url_posts_total", "Late replies posted to response_url", &["app", "outcome"]),
+        response_url_posts: counter!(
+            "response_url_posts_total",
+            "Late replies posted to response_url",
+            &["app", "outcome"]
+        ),
         registry: r,
     }
 });

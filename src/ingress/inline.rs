@@ -26,7 +26,6 @@ use crate::outbox::{Finish, ShardKeys, Store};
 use crate::slack::{self, Kind};
 use crate::upstream::{Outgoing, Response, SendError, UpstreamClient};
 
-
 /// Everything the background half of an inline attempt needs, owned.
 pub struct InlineJob {
     pub app: Arc<AppConfig>,

@@ -59,7 +59,13 @@ impl Answer {
 
 impl Ingress {
     pub fn new(config: Arc<Config>, redis_url: String) -> Self {
-        Ingress { routes: config.routes(), config, redis_url, client: Arc::new(UpstreamClient::new()), store: OnceLock::new() }
+        Ingress {
+            routes: config.routes(),
+            config,
+            redis_url,
+            client: Arc::new(UpstreamClient::new()),
+            store: OnceLock::new(),
+        }
     }
 
     fn store(&self) -> Result<&Store, outbox::StoreError> {
@@ -124,16 +130,26 @@ impl Ingress {
 
     /// Filters, then the one Redis round trip before the ack (bounded by the pre-ack budget),
     /// then for commands and interactions the inline attempt.
-    async fn record(&self, session: &Session, app: &Arc<AppConfig>, d: slack::Delivery, ct: Vec<u8>, body: Bytes) -> Answer {
+    async fn record(
+        &self,
+        session: &Session,
+        app: &Arc<AppConfig>,
+        d: slack::Delivery,
+        ct: Vec<u8>,
+        body: Bytes,
+    ) -> Answer {
         let kind = d.kind.as_str();
-        if let Some(reason) = slack::ignore_reason(&d, &app.rules) {
+        let message = d.message.as_ref();
+        let cancel = message.filter(|_| app.cancel_on_delete).and_then(slack::deleted_message_key);
+        let ignored = slack::ignore_reason(&d, &app.rules);
+        if let Some(reason) = ignored {
             METRICS.ignored.with_label_values(&[&app.name, reason]).inc();
             debug!(app = %app.name, kind, receipt = %d.receipt, reason, "ignored by filter");
-            return Answer::empty(200, kind, "ignored");
+            if cancel.is_none() {
+                return Answer::empty(200, kind, "ignored");
+            }
         }
-        let message = d.message.as_ref();
         let claim = message.filter(|_| app.message_dedupe).and_then(slack::message_key);
-        let cancel = message.filter(|_| app.cancel_on_delete).and_then(slack::deleted_message_key);
         // The message identity picks the shard, so every event of one message meets its claim.
         let shard_key = claim.as_deref().or(cancel.as_deref()).unwrap_or(&d.receipt);
         let shard = outbox::shard_of(shard_key, self.config.redis.shards);
@@ -146,9 +162,10 @@ impl Ingress {
             Kind::Event | Kind::Opaque => None,
         };
         let received_ms = now_ms();
-        let placement = match inline {
-            Some(_) => Placement::Inline { due_ms: received_ms + app.delivery.lease.as_millis() as u64 },
-            None => Placement::Stream,
+        let placement = match (ignored, inline) {
+            (Some(_), _) => Placement::Discard,
+            (None, Some(_)) => Placement::Inline { due_ms: received_ms + app.delivery.lease.as_millis() as u64 },
+            (None, None) => Placement::Stream,
         };
         let new = NewDelivery {
             id: &id,
@@ -187,6 +204,9 @@ impl Ingress {
                 if cancelled {
                     METRICS.cancelled.with_label_values(&[&app.name]).inc();
                     info!(app = %app.name, "message deleted: its waiting delivery was cancelled");
+                }
+                if ignored.is_some() {
+                    return Answer::empty(200, kind, "ignored");
                 }
                 info!(app = %app.name, kind, detail = %d.detail, receipt = %d.receipt, delivery = %id, "accepted");
                 let Some(budget) = inline else { return Answer::empty(200, kind, "accepted") };

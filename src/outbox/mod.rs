@@ -89,6 +89,9 @@ pub enum Placement {
     Stream,
     /// Held by the ingress for an inline attempt until `due_ms`, then promoted to the workers.
     Inline { due_ms: u64 },
+    /// Not stored at all: only its receipt and its cancellation take effect (a filtered-out
+    /// `message_deleted` still cancels the deleted message's waiting delivery).
+    Discard,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -189,6 +192,7 @@ impl Store {
         let (mode, due) = match d.placement {
             Placement::Stream => ("stream", 0),
             Placement::Inline { due_ms } => ("inline", due_ms),
+            Placement::Discard => ("discard", 0),
         };
         let (status, id, cancelled): (i64, String, i64) = self
             .record

@@ -9,7 +9,7 @@
 /// KEYS: receipt, outbox stream, delivery hash, schedule zset, message claim (or the receipt
 /// again when there is none), the claim of a message being deleted (or the receipt again).
 /// ARGV: receipt ttl ms, delivery id, body, content type, path, kind, received-at ms,
-/// placement (stream | inline), inline due ms, has claim (0/1), has cancel (0/1), key tag,
+/// placement (stream | inline | discard: only the receipt and the cancellation), inline due ms, has claim (0/1), has cancel (0/1), key tag,
 /// group, detail, response url.
 ///
 /// Returns {1, id, cancelled} when recorded, {0, original id, 0} for a retry of a known
@@ -46,6 +46,9 @@ if ARGV[11] == '1' then
       end
     end
   end
+end
+if ARGV[8] == 'discard' then
+  return {1, ARGV[2], cancelled}
 end
 redis.call('HSET', KEYS[3], 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6],
   'rcv', ARGV[7], 'n', 0, 'x', ARGV[14], 'ru', ARGV[15])

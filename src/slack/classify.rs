@@ -211,7 +211,14 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
         .or_else(|| inner.get("response_urls")?.get(0)?.get("response_url")?.as_str())
         .map(String::from);
     let channel = inner.get("channel").and_then(|c| c.get("id")).and_then(Value::as_str).map(String::from);
-    Ok(Request::Delivery(Delivery { kind: Kind::Interactivity, receipt, detail, channel, response_url, ..Delivery::default() }))
+    Ok(Request::Delivery(Delivery {
+        kind: Kind::Interactivity,
+        receipt,
+        detail,
+        channel,
+        response_url,
+        ..Delivery::default()
+    }))
 }
 
 /// An `event_callback`: its type, channel, bot users and, for messages, the message identity.

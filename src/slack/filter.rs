@@ -101,7 +101,8 @@ mod tests {
 
     #[test]
     fn mention_and_message_of_one_post_share_a_key() {
-        let a = delivery(&envelope(r#"{"type":"app_mention","user":"U1","text":"<@UBOT> hi","channel":"C1","ts":"1.5"}"#));
+        let a =
+            delivery(&envelope(r#"{"type":"app_mention","user":"U1","text":"<@UBOT> hi","channel":"C1","ts":"1.5"}"#));
         let b = delivery(&envelope(r#"{"type":"message","user":"U1","text":"<@UBOT> hi","channel":"C1","ts":"1.5"}"#));
         let ka = message_key(a.message.as_ref().unwrap());
         assert_eq!(ka, Some("m:T1:C1:1.5".into()));
@@ -138,23 +139,43 @@ mod tests {
 
     #[test]
     fn filters() {
-        let own = delivery(&envelope(r#"{"type":"message","user":"UBOT","bot_id":"BME","text":"hi","channel":"C1","ts":"1.1"}"#));
+        let own = delivery(&envelope(
+            r#"{"type":"message","user":"UBOT","bot_id":"BME","text":"hi","channel":"C1","ts":"1.1"}"#,
+        ));
         assert_eq!(ignore_reason(&own, &Rules::default()), Some("own_message"));
         assert_eq!(ignore_reason(&own, &Rules { own_messages: false, ..Rules::default() }), None);
-        let bot = delivery(&envelope(r#"{"type":"message","bot_id":"B9","subtype":"bot_message","text":"hi","channel":"C1","ts":"1.2"}"#));
+        let bot = delivery(&envelope(
+            r#"{"type":"message","bot_id":"B9","subtype":"bot_message","text":"hi","channel":"C1","ts":"1.2"}"#,
+        ));
         assert_eq!(ignore_reason(&bot, &Rules::default()), None);
         let no_bots = Rules { bot_messages: true, ..Rules::default() };
         assert_eq!(ignore_reason(&bot, &no_bots), Some("bot_message"));
         let allowed = Rules { allow_bots: vec!["B9".into()], ..no_bots.clone() };
         assert_eq!(ignore_reason(&bot, &allowed), None);
-        let joined = delivery(&envelope(r#"{"type":"message","subtype":"channel_join","user":"U1","channel":"C1","ts":"1.3"}"#));
-        assert_eq!(ignore_reason(&joined, &Rules { subtypes: vec!["channel_join".into()], ..Rules::default() }), Some("subtype"));
-        let human = delivery(&envelope(r#"{"type":"app_mention","user":"U1","text":"<@UBOT>","channel":"C1","ts":"1.4"}"#));
-        assert_eq!(ignore_reason(&human, &Rules { channels_deny: vec!["C1".into()], ..Rules::default() }), Some("channel_denied"));
-        assert_eq!(ignore_reason(&human, &Rules { channels_allow: vec!["C2".into()], ..Rules::default() }), Some("channel_not_allowed"));
+        let joined =
+            delivery(&envelope(r#"{"type":"message","subtype":"channel_join","user":"U1","channel":"C1","ts":"1.3"}"#));
+        assert_eq!(
+            ignore_reason(&joined, &Rules { subtypes: vec!["channel_join".into()], ..Rules::default() }),
+            Some("subtype")
+        );
+        let human =
+            delivery(&envelope(r#"{"type":"app_mention","user":"U1","text":"<@UBOT>","channel":"C1","ts":"1.4"}"#));
+        assert_eq!(
+            ignore_reason(&human, &Rules { channels_deny: vec!["C1".into()], ..Rules::default() }),
+            Some("channel_denied")
+        );
+        assert_eq!(
+            ignore_reason(&human, &Rules { channels_allow: vec!["C2".into()], ..Rules::default() }),
+            Some("channel_not_allowed")
+        );
         assert_eq!(ignore_reason(&human, &Rules { channels_allow: vec!["C1".into()], ..Rules::default() }), None);
-        let reaction = delivery(&envelope(r#"{"type":"reaction_added","user":"U1","item":{"type":"message","channel":"C7","ts":"1.0"}}"#));
+        let reaction = delivery(&envelope(
+            r#"{"type":"reaction_added","user":"U1","item":{"type":"message","channel":"C7","ts":"1.0"}}"#,
+        ));
         assert_eq!(reaction.channel.as_deref(), Some("C7"));
-        assert_eq!(ignore_reason(&reaction, &Rules { channels_deny: vec!["C7".into()], ..Rules::default() }), Some("channel_denied"));
+        assert_eq!(
+            ignore_reason(&reaction, &Rules { channels_deny: vec!["C7".into()], ..Rules::default() }),
+            Some("channel_denied")
+        );
     }
 }

@@ -34,7 +34,10 @@ mod tests {
 
     #[test]
     fn late_replies() {
-        assert_eq!(late_reply(Some("text/plain; charset=utf-8"), b"deploying prod"), Some(br#"{"text":"deploying prod"}"#.to_vec()));
+        assert_eq!(
+            late_reply(Some("text/plain; charset=utf-8"), b"deploying prod"),
+            Some(br#"{"text":"deploying prod"}"#.to_vec())
+        );
         assert_eq!(late_reply(Some("application/json"), br#"{"blocks":[]}"#), Some(br#"{"blocks":[]}"#.to_vec()));
         assert_eq!(late_reply(None, b"  \n"), None);
         assert!(replies_late(Kind::Command, "/deploy"));

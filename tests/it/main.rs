@@ -8,4 +8,6 @@ mod cli;
 mod dedupe;
 mod delivery;
 mod fence;
+mod interactive;
+mod messages;
 mod store_outage;

@@ -18,11 +18,17 @@ pub struct Reply {
     pub delay: Duration,
     pub retry_after: Option<u64>,
     pub body: &'static str,
+    pub content_type: Option<&'static str>,
 }
 
 impl Reply {
     pub fn status(status: u16) -> Reply {
-        Reply { status, delay: Duration::ZERO, retry_after: None, body: "" }
+        Reply { status, delay: Duration::ZERO, retry_after: None, body: "", content_type: None }
+    }
+    pub fn body(mut self, content_type: &'static str, body: &'static str) -> Reply {
+        self.content_type = Some(content_type);
+        self.body = body;
+        self
     }
     pub fn delay(mut self, d: Duration) -> Reply {
         self.delay = d;
@@ -153,6 +159,9 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<
     let reply = st.script.lock().unwrap().pop_front().unwrap_or_else(|| st.default.lock().unwrap().clone());
     tokio::time::sleep(reply.delay).await;
     let mut resp = Response::builder().status(reply.status);
+    if let Some(ct) = reply.content_type {
+        resp = resp.header("Content-Type", ct);
+    }
     if let Some(s) = reply.retry_after {
         resp = resp.header("Retry-After", s.to_string());
     }

@@ -1,0 +1,182 @@
+//! Slash commands and interactive payloads: recorded first, then answered inline with the
+//! bot's own answer when it comes in time; otherwise acked empty and finished in the background
+//! (late replies to `response_url`, late options expire). The inline attempt and the workers
+//! never both deliver one entry.
+
+use std::time::{Duration, Instant};
+
+use crate::utils::*;
+
+fn command(trigger: &str, response_url: &str) -> Vec<u8> {
+    let ru: String = url_encode(response_url);
+    format!("token=x&team_id=T1&team_domain=t&channel_id=C1&channel_name=general&user_id=U1&user_name=u&command=%2Fdeploy&text=prod&api_app_id=A1&response_url={ru}&trigger_id={trigger}").into_bytes()
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn interaction(payload: serde_json::Value) -> Vec<u8> {
+    format!("payload={}", url_encode(&payload.to_string())).into_bytes()
+}
+
+fn view_submission(trigger: &str) -> Vec<u8> {
+    interaction(serde_json::json!({
+        "type": "view_submission", "team": {"id": "T1"}, "user": {"id": "U1"}, "api_app_id": "A1",
+        "trigger_id": trigger, "view": {"id": "V1", "callback_id": "form", "state": {"values": {}}}
+    }))
+}
+
+fn block_suggestion() -> Vec<u8> {
+    interaction(serde_json::json!({
+        "type": "block_suggestion", "team": {"id": "T1"}, "user": {"id": "U1"}, "api_app_id": "A1",
+        "action_id": "picker", "block_id": "b1", "value": "al"
+    }))
+}
+
+async fn setup(name: &str, app: &str) -> (RedisServer, Receiver, Gateway, String) {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
+    cfg.app = app.into();
+    let gw = Gateway::start(&cfg).await;
+    (redis, bot, gw, cfg.prefix)
+}
+
+fn nothing_left(redis: &RedisServer) -> bool {
+    redis.keys("*:d:*").is_empty()
+        && redis.keys("*:sched").iter().all(|k| {
+            let n: usize = redis::cmd("ZCARD").arg(k).query(&mut redis.conn()).unwrap();
+            n == 0
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slash_command_reply_in_time_goes_back_to_slack_unchanged() {
+    let (redis, bot, gw, _) = setup("cmd", "").await;
+    bot.push(Reply::status(200).body("text/plain; charset=utf-8", "deploying prod"));
+    let (status, body) =
+        send(gw.port, Req::signed("/slack/events", command("1.1.a", "https://hooks.slack.com/x"), SECRET)).await;
+    assert_eq!((status, &body[..]), (200, &b"deploying prod"[..]));
+    assert_eq!(bot.count(), 1);
+    assert!(bot.received()[0].signature_ok);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(bot.count(), 1, "delivered once: the workers never got it");
+    assert!(nothing_left(&redis), "the delivery is complete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn view_submission_errors_are_returned_and_a_double_submit_is_absorbed() {
+    let (_redis, bot, gw, _) = setup("view", "").await;
+    let errors = r#"{"response_action":"errors","errors":{"field":"too short"}}"#;
+    bot.set_default(Reply::status(200).body("application/json;charset=utf-8", errors));
+    let (status, body) = send(gw.port, Req::signed("/slack/events", view_submission("2.2.b"), SECRET)).await;
+    assert_eq!(status, 200);
+    assert_eq!(std::str::from_utf8(&body).unwrap(), errors);
+    let (status, body) = send(gw.port, Req::signed("/slack/events", view_submission("2.2.b"), SECRET)).await;
+    assert_eq!((status, body.len()), (200, 0), "the double submit is acked empty");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(bot.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_command_reply_is_posted_once_to_response_url() {
+    let (redis, bot, gw, _) = setup("late", r#"inline = { command = "400ms" }"#).await;
+    let hook = Receiver::start("unused").await;
+    bot.push(Reply::status(200).body("text/plain", "late answer").delay(Duration::from_millis(1200)));
+    let started = Instant::now();
+    let req = Req::signed("/slack/events", command("3.3.c", &format!("{}/commands/T1/1/abc", hook.url())), SECRET);
+    let (status, body) = send(gw.port, req).await;
+    assert_eq!((status, body.len()), (200, 0), "Slack gets an empty 200 inside its window");
+    assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
+    assert!(eventually(Duration::from_secs(5), || hook.count() == 1).await, "{}", gw.log());
+    let posted = &hook.received()[0];
+    assert_eq!(posted.path, "/commands/T1/1/abc");
+    assert_eq!(posted.header("content-type").as_deref(), Some("application/json"));
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&posted.body).unwrap(),
+        serde_json::json!({"text": "late answer"})
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!((bot.count(), hook.count()), (1, 1), "one attempt, one post");
+    assert!(nothing_left(&redis));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_block_suggestion_expires_instead_of_being_retried() {
+    let (redis, bot, gw, prefix) = setup("opts", r#"inline = { interactivity = "300ms" }"#).await;
+    bot.set_default(Reply::status(200).body("application/json", r#"{"options":[]}"#).delay(Duration::from_millis(800)));
+    let (status, body) = send(gw.port, Req::signed("/slack/events", block_suggestion(), SECRET)).await;
+    assert_eq!((status, body.len()), (200, 0));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(bot.count(), 1);
+    assert!(nothing_left(&redis));
+    assert_eq!(redis.xlen(&format!("{{{prefix}:bot:0}}:dead")), 0);
+    let metrics = reqwest_metrics(gw.admin_port).await;
+    assert!(
+        metrics.contains(r#"slackgate_inline_total{app="bot",kind="interactivity",outcome="expired"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_in_time_are_returned() {
+    let (_redis, bot, gw, _) = setup("opts2", "").await;
+    let options = r#"{"options":[{"text":{"type":"plain_text","text":"Alpha"},"value":"a"}]}"#;
+    bot.set_default(Reply::status(200).body("application/json", options));
+    let (status, body) = send(gw.port, Req::signed("/slack/events", block_suggestion(), SECRET)).await;
+    assert_eq!((status, std::str::from_utf8(&body).unwrap()), (200, options));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_inline_attempt_is_retried_by_the_workers_and_its_answer_posted() {
+    let (redis, bot, gw, _) = setup("retry", "").await;
+    let hook = Receiver::start("unused").await;
+    bot.push(Reply::status(503));
+    bot.set_default(Reply::status(200).body("text/plain", "done later"));
+    let req = Req::signed("/slack/events", command("4.4.d", &format!("{}/hook", hook.url())), SECRET);
+    let (status, body) = send(gw.port, req).await;
+    assert_eq!((status, body.len()), (200, 0), "a 503 is not shown to Slack: it is retried");
+    // The retry is scheduled with backoff and taken by the workers.
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 2).await, "{}", gw.log());
+    assert!(eventually(Duration::from_secs(5), || hook.count() == 1).await);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&hook.received()[0].body).unwrap()["text"], "done later");
+    assert_eq!(bot.received()[1].header("x-slackgate-attempt").as_deref(), Some("2"));
+    assert!(eventually(Duration::from_secs(2), || nothing_left(&redis)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_delivery_whose_gateway_died_is_delivered_by_another() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("died"), &bot.url());
+    cfg.delivery = r#"{ timeout = "2s", retry_initial = "100ms", retry_max = "300ms", lease = "3s" }"#.into();
+    let mut a = Gateway::start(&cfg).await;
+    let b = Gateway::start(&cfg).await;
+    bot.push(Reply::status(200).delay(Duration::from_secs(5)));
+    let port = a.port;
+    let pending = tokio::spawn(async move {
+        send(port, Req::signed("/slack/events", command("5.5.e", "https://hooks.slack.com/x"), SECRET)).await
+    });
+    assert!(eventually(Duration::from_secs(3), || bot.count() == 1).await);
+    a.kill9();
+    let _ = pending.await;
+    assert!(
+        eventually(Duration::from_secs(10), || bot.count() == 2).await,
+        "re-delivered after the hold ran out\n{}",
+        b.log()
+    );
+    assert!(eventually(Duration::from_secs(3), || nothing_left(&redis)).await);
+}
+
+async fn reqwest_metrics(port: u16) -> String {
+    let mut req = Req::signed("/metrics", Vec::new(), SECRET);
+    req.method = "GET";
+    let (_, body) = send(port, req).await;
+    String::from_utf8_lossy(&body).into_owned()
+}
