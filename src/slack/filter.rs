@@ -58,7 +58,8 @@ pub fn ignore_reason(d: &Delivery, rules: &Rules) -> Option<&'static str> {
         return Some("bot_message");
     }
     let is_edit = m.subtype.as_deref() == Some("message_changed");
-    if is_edit && rules.edits_mention_added && !(m.mentions_bot && !m.previously_mentioned_bot) {
+    let adds_mention = m.mentions_bot && !m.previously_mentioned_bot;
+    if is_edit && rules.edits_mention_added && !adds_mention {
         return Some("edit");
     }
     None
