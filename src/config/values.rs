@@ -1,0 +1,107 @@
+//! Values with rules of their own: the bot's URL, signing secrets, `${ENV}` interpolation and
+//! addresses.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Where the bot listens: `http(s)://host[:port][/path]`.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub url: String,
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    /// A path in the URL replaces the path Slack used.
+    pub path: Option<String>,
+}
+
+impl Upstream {
+    /// Parse an `http://` or `https://` URL (the message never repeats the URL, which may
+    /// carry credentials).
+    pub fn parse(text: &str) -> Result<Upstream, String> {
+        parse_upstream(text)
+    }
+
+    /// `host[:port]` for the Host header (port omitted when it is the scheme's default).
+    pub fn authority(&self) -> String {
+        let default = if self.tls { 443 } else { 80 };
+        match (self.port == default, self.host.contains(':')) {
+            (true, false) => self.host.clone(),
+            (true, true) => format!("[{}]", self.host),
+            (false, false) => format!("{}:{}", self.host, self.port),
+            (false, true) => format!("[{}]:{}", self.host, self.port),
+        }
+    }
+}
+
+/// A signing secret. Its `Debug` never shows the value.
+#[derive(Clone)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    pub fn new(value: &str) -> Self {
+        Secret(value.into())
+    }
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// Replace each `${NAME}` with the environment variable's value; an unset variable is an error.
+pub fn interpolate(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or("unclosed `${`")?;
+        let name = &after[..end];
+        let value = std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+pub(super) fn check_addr(addr: &str) -> Result<(), String> {
+    addr.parse::<std::net::SocketAddr>().map(|_| ()).map_err(|_| format!("`{addr}` is not an ip:port address"))
+}
+
+pub(super) fn check_path(p: &str) -> Result<(), String> {
+    if !p.starts_with('/') || p.contains(['?', '#', ' ']) {
+        return Err(format!("`{p}` must be an absolute path without query"));
+    }
+    Ok(())
+}
+
+pub(super) fn parse_upstream(text: &str) -> Result<Upstream, String> {
+    // Messages never repeat the text: it might carry credentials.
+    let url = url::Url::parse(text).map_err(|e| format!("is not a URL: {e}"))?;
+    let tls = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        s => return Err(format!("scheme `{s}` is not supported (http or https)")),
+    };
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) => d.to_string(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        None => return Err("has no host".into()),
+    };
+    let port = url.port_or_known_default().ok_or("no port")?;
+    if url.query().is_some() || !url.username().is_empty() {
+        return Err("must not carry a query or credentials (the bot's URL is not a secret store)".into());
+    }
+    let path = match url.path() {
+        "" | "/" => None,
+        p => Some(p.to_string()),
+    };
+    Ok(Upstream { url: text.to_string(), tls, host, port, path })
+}
