@@ -4,8 +4,9 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    exponential_buckets, register_histogram_vec_with_registry, register_int_counter_vec_with_registry, HistogramVec,
-    IntCounterVec, Registry,
+    exponential_buckets, register_gauge_vec_with_registry, register_histogram_vec_with_registry,
+    register_int_counter_vec_with_registry, register_int_gauge_vec_with_registry, GaugeVec, HistogramVec,
+    IntCounterVec, IntGaugeVec, Registry,
 };
 
 pub struct Metrics {
@@ -17,7 +18,7 @@ pub struct Metrics {
     pub ack_seconds: HistogramVec,
     /// Requests carrying `X-Slack-Retry-Num`, by Slack's `X-Slack-Retry-Reason`.
     pub slack_retries: IntCounterVec,
-    /// Attempt chain outcomes: delivered, retry, dead, final_4xx.
+    /// Attempt outcomes: delivered, retried, dead (given up or a final 4xx), expired.
     pub deliveries: IntCounterVec,
     pub attempt_seconds: HistogramVec,
     /// From receipt by the gateway to the bot's 2xx.
@@ -35,15 +36,29 @@ pub struct Metrics {
     pub inline: IntCounterVec,
     /// Late replies posted to a `response_url`: posted, failed.
     pub response_url_posts: IntCounterVec,
+    /// The outbox as Redis last reported it (refreshed on a timer by every process).
+    pub outbox_ready: IntGaugeVec,
+    pub outbox_in_flight: IntGaugeVec,
+    pub outbox_scheduled: IntGaugeVec,
+    pub outbox_dead: IntGaugeVec,
+    /// Age of the oldest delivery waiting on the stream (ready or in flight), 0 when none.
+    pub outbox_oldest_age_seconds: GaugeVec,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let r = Registry::new_custom(Some("slackgate".into()), None).expect("static prefix is valid");
-    let fast = exponential_buckets(0.0005, 2.0, 14).expect("static buckets");
+    // 0.25 ms … 2 s, then Slack's 3 s deadline.
+    let mut fast = exponential_buckets(0.00025, 2.0, 14).expect("static buckets");
+    fast.push(3.0);
     let slow = exponential_buckets(0.005, 2.0, 18).expect("static buckets");
     macro_rules! counter {
         ($name:literal, $help:literal, $labels:expr) => {
             register_int_counter_vec_with_registry!($name, $help, $labels, r).expect("unique metric")
+        };
+    }
+    macro_rules! gauge {
+        ($name:literal, $help:literal) => {
+            register_int_gauge_vec_with_registry!($name, $help, &["app"], r).expect("unique metric")
         };
     }
     macro_rules! histogram {
@@ -69,9 +84,51 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "Late replies posted to response_url",
             &["app", "outcome"]
         ),
+        outbox_ready: gauge!("outbox_ready", "Deliveries waiting on the stream for a worker"),
+        outbox_in_flight: gauge!("outbox_in_flight", "Deliveries leased to a worker"),
+        outbox_scheduled: gauge!("outbox_scheduled", "Deliveries scheduled for a retry (or held for an inline answer)"),
+        outbox_dead: gauge!("outbox_dead", "Deliveries in the dead-letter stream"),
+        outbox_oldest_age_seconds: register_gauge_vec_with_registry!(
+            "outbox_oldest_age_seconds",
+            "Age of the oldest delivery on the stream",
+            &["app"],
+            r
+        )
+        .expect("unique metric"),
         registry: r,
     }
 });
+
+/// Every metric family name the binary exports (with the `slackgate_` prefix), whether or not
+/// it has a sample yet; histograms also export `_bucket`, `_sum` and `_count`.
+pub fn names() -> Vec<String> {
+    use prometheus::core::Collector;
+    let m = &*METRICS;
+    let collectors: [&dyn Collector; 18] = [
+        &m.requests,
+        &m.ack_seconds,
+        &m.slack_retries,
+        &m.deliveries,
+        &m.attempt_seconds,
+        &m.delivered_lag_seconds,
+        &m.upstream_responses,
+        &m.fence_rejections,
+        &m.store_errors,
+        &m.ignored,
+        &m.cancelled,
+        &m.inline,
+        &m.response_url_posts,
+        &m.outbox_ready,
+        &m.outbox_in_flight,
+        &m.outbox_scheduled,
+        &m.outbox_dead,
+        &m.outbox_oldest_age_seconds,
+    ];
+    let mut names: Vec<String> = collectors.iter().flat_map(|c| c.desc()).map(|d| d.fq_name.clone()).collect();
+    names.sort();
+    names.dedup();
+    names
+}
 
 /// Prometheus text exposition of everything above.
 pub fn render() -> Vec<u8> {

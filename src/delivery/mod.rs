@@ -26,6 +26,7 @@ const READ_BLOCK: Duration = Duration::from_secs(1);
 /// How often due retries are moved back onto the stream.
 const PROMOTE_EVERY: Duration = Duration::from_millis(200);
 const BATCH: usize = 64;
+const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
@@ -83,6 +84,11 @@ impl BackgroundService for DeliveryService {
                 tasks.spawn(read_loop(s.clone(), url, stop_rx.clone()));
                 tasks.spawn(maintain_loop(s, stop_rx.clone()));
             }
+        }
+        for app in &self.config.apps {
+            let keys =
+                (0..self.config.redis.shards).map(|i| ShardKeys::new(&self.config.redis.key_prefix, &app.name, i));
+            tasks.spawn(gauge_loop(app.name.clone(), keys.collect(), store.clone(), stop_rx.clone()));
         }
         info!(consumer = %self.consumer, "delivery workers started");
         let _ = shutdown.changed().await;
@@ -142,6 +148,30 @@ async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) 
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
+        }
+    }
+}
+
+/// Refresh the outbox gauges of one app from Redis every few seconds.
+async fn gauge_loop(app: String, shards: Vec<ShardKeys>, store: Store, mut stop: watch::Receiver<bool>) {
+    loop {
+        match outbox::app_stats(&store, &shards, now_ms()).await {
+            Ok(st) => {
+                let m = &*METRICS;
+                m.outbox_ready.with_label_values(&[&app]).set(st.ready as i64);
+                m.outbox_in_flight.with_label_values(&[&app]).set(st.in_flight as i64);
+                m.outbox_scheduled.with_label_values(&[&app]).set(st.scheduled as i64);
+                m.outbox_dead.with_label_values(&[&app]).set(st.dead as i64);
+                m.outbox_oldest_age_seconds.with_label_values(&[&app]).set(st.oldest_age_ms as f64 / 1000.0);
+            }
+            Err(e) => {
+                METRICS.store_errors.with_label_values(&[&app, "stats"]).inc();
+                debug!(app = %app, error = %e, "cannot read outbox stats");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(GAUGES_EVERY) => {}
+            _ = stop.changed() => return,
         }
     }
 }
@@ -218,6 +248,7 @@ async fn attempt(s: &Shard, lease: Lease) {
         // Its inline attempt failed or its holder died: options are useless by now.
         if let Ok(true) = s.store.finish(&s.keys, &s.consumer, &lease, Finish::Done).await {
             METRICS.inline.with_label_values(&[app, stored.kind.as_str(), "expired"]).inc();
+            METRICS.deliveries.with_label_values(&[app, "expired"]).inc();
         }
         return;
     }
@@ -247,13 +278,13 @@ async fn attempt(s: &Shard, lease: Lease) {
     let verdict = policy::judge(&result);
     let (finish, outcome) = match &verdict {
         Verdict::Delivered => (Finish::Done, "delivered"),
-        Verdict::Final { status, error } => (Finish::Dead { now_ms: now, status, error }, "final_4xx"),
+        Verdict::Final { status, error } => (Finish::Dead { now_ms: now, status, error }, "dead"),
         Verdict::Retry { status, error, .. } if policy::given_up(&s.app.delivery, stored.received_ms, now) => {
             (Finish::Dead { now_ms: now, status, error }, "dead")
         }
         Verdict::Retry { status, error, after } => {
             let delay = policy::backoff(&s.app.delivery, stored.retries, *after, rand::random::<f64>());
-            (Finish::Retry { due_ms: now + delay.as_millis() as u64, status, error }, "retry")
+            (Finish::Retry { due_ms: now + delay.as_millis() as u64, status, error }, "retried")
         }
     };
     match s.store.finish(&s.keys, &s.consumer, &lease, finish).await {

@@ -95,14 +95,14 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
     let verdict = policy::judge(&result);
     let (finish, outcome) = match &verdict {
         Verdict::Delivered => (Finish::Done, "delivered"),
-        Verdict::Final { status, error } => (Finish::Dead { now_ms: now, status, error }, "final_4xx"),
+        Verdict::Final { status, error } => (Finish::Dead { now_ms: now, status, error }, "dead"),
         Verdict::Retry { .. } if suggestion => (Finish::Done, "expired"),
         Verdict::Retry { status, error, .. } if policy::given_up(&job.app.delivery, job.received_ms, now) => {
             (Finish::Dead { now_ms: now, status, error }, "dead")
         }
         Verdict::Retry { status, error, after } => {
             let delay = policy::backoff(&job.app.delivery, 0, *after, rand::random::<f64>());
-            (Finish::Retry { due_ms: now + delay.as_millis() as u64, status, error }, "retry")
+            (Finish::Retry { due_ms: now + delay.as_millis() as u64, status, error }, "retried")
         }
     };
     match job.store.inline_finish(&job.keys, &job.id, finish).await {

@@ -203,6 +203,7 @@ impl Ingress {
             Recorded::New { cancelled } => {
                 if cancelled {
                     METRICS.cancelled.with_label_values(&[&app.name]).inc();
+                    METRICS.deliveries.with_label_values(&[&app.name, "cancelled"]).inc();
                     info!(app = %app.name, "message deleted: its waiting delivery was cancelled");
                 }
                 if ignored.is_some() {

@@ -139,11 +139,42 @@ pub enum Finish<'a> {
 impl Finish<'_> {
     fn parts(&self) -> (&'static str, u64, &str, &str) {
         match *self {
-            Finish::Done => ("done", 0, "", ""),
+            Finish::Done => ("done", now_ms(), "", ""),
             Finish::Retry { due_ms, status, error } => ("retry", due_ms, status, error),
             Finish::Dead { now_ms, status, error } => ("dead", now_ms, status, error),
         }
     }
+}
+
+/// What an app's outbox holds right now.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OutboxStats {
+    pub ready: u64,
+    pub in_flight: u64,
+    pub scheduled: u64,
+    pub dead: u64,
+    pub oldest_age_ms: u64,
+    /// Deliveries completed in the previous whole minute.
+    pub delivered_last_minute: u64,
+}
+
+/// Sum the stats of an app's shards.
+pub async fn app_stats(store: &Store, shards: &[ShardKeys], now_ms: u64) -> Result<OutboxStats, StoreError> {
+    let mut total = OutboxStats::default();
+    for keys in shards {
+        let s = store.shard_stats(keys, now_ms).await?;
+        total.ready += s.ready;
+        total.in_flight += s.in_flight;
+        total.scheduled += s.scheduled;
+        total.dead += s.dead;
+        total.oldest_age_ms = total.oldest_age_ms.max(s.oldest_age_ms);
+        total.delivered_last_minute += s.delivered_last_minute;
+    }
+    Ok(total)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
 /// The store handle: cheap to clone, one multiplexed connection underneath.
@@ -156,6 +187,7 @@ pub struct Store {
     finish: Script,
     reclaim: Script,
     promote: Script,
+    stats: Script,
 }
 
 /// A ConnectionManager that connects on first use; call from the runtime that will use it
@@ -180,6 +212,7 @@ impl Store {
             finish: Script::new(scripts::FINISH),
             reclaim: Script::new(scripts::RECLAIM),
             promote: Script::new(scripts::PROMOTE),
+            stats: Script::new(scripts::STATS),
         }
     }
 
@@ -321,9 +354,34 @@ impl Store {
             .arg(at)
             .arg(status)
             .arg(error)
+            .arg(&keys.tag)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(ok == 1)
+    }
+
+    /// One shard's counts.
+    pub async fn shard_stats(&self, keys: &ShardKeys, now_ms: u64) -> Result<OutboxStats, StoreError> {
+        let (ready, in_flight, scheduled, dead, oldest): (u64, u64, u64, u64, String) = self
+            .stats
+            .key(&keys.stream)
+            .key(&keys.sched)
+            .key(&keys.dead)
+            .arg(GROUP)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let oldest_ms = oldest.split('-').next().and_then(|ms| ms.parse::<u64>().ok());
+        let minute = now_ms / 60_000;
+        let delivered: Option<u64> =
+            self.conn.clone().get(format!("{}:delivered:{}", keys.tag, minute.saturating_sub(1))).await?;
+        Ok(OutboxStats {
+            ready,
+            in_flight,
+            scheduled,
+            dead,
+            oldest_age_ms: oldest_ms.map(|ms| now_ms.saturating_sub(ms)).unwrap_or(0),
+            delivered_last_minute: delivered.unwrap_or(0),
+        })
     }
 
     /// Take over entries idle longer than `lease`.

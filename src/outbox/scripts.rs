@@ -110,7 +110,8 @@ return 1
 
 /// KEYS: outbox stream, delivery hash, schedule zset, dead-letter stream.
 /// ARGV[5] mode (done | retry | dead), ARGV[6] delivery id, ARGV[7] due ms (retry) or now ms
-/// (dead), ARGV[8] last status, ARGV[9] last error.
+/// (done, dead), ARGV[8] last status, ARGV[9] last error, ARGV[10] key tag (for the
+/// per-minute delivered counter that `slackgate stats` reads).
 pub const FINISH: &str = fenced!(
     r#"
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
@@ -118,6 +119,9 @@ redis.call('XDEL', KEYS[1], ARGV[2])
 local mode = ARGV[5]
 if mode == 'done' then
   redis.call('DEL', KEYS[2])
+  local minute = ARGV[10] .. ':delivered:' .. math.floor(tonumber(ARGV[7]) / 60000)
+  redis.call('INCR', minute)
+  redis.call('EXPIRE', minute, 180)
   return 1
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
@@ -173,4 +177,18 @@ for _, d in ipairs(due) do
   redis.call('ZREM', KEYS[1], d)
 end
 return #due
+"#;
+
+/// KEYS: outbox stream, schedule zset, dead-letter stream. ARGV: group.
+/// Returns {ready, in flight, scheduled, dead, oldest entry id or ''}. Completed entries are
+/// deleted from the stream, so what is on it is either ready or in flight.
+pub const STATS: &str = r#"
+local len = redis.call('XLEN', KEYS[1])
+local pending = 0
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[1])
+if type(p) == 'table' and type(p[1]) == 'number' then pending = p[1] end
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+local oldest = ''
+if #first > 0 then oldest = first[1][1] end
+return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]), oldest}
 "#;
