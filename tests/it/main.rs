@@ -4,6 +4,7 @@
 mod utils;
 
 mod bad_input;
+mod bolt;
 mod cli;
 mod dedupe;
 mod delivery;

@@ -1,0 +1,490 @@
+//! Compatibility with real, unmodified Bolt apps: Bolt for Python (`tests/bolt/python/app.py`)
+//! and Bolt for JavaScript (`tests/bolt/js/app.js`) run as the gateway's upstream, each with its
+//! own signature check on and `processBeforeResponse`. Every scenario runs once per framework.
+//!
+//! The apps print one `HANDLED …` line to stdout per request that reached a listener; Bolt logs
+//! the requests it rejects (401 on a bad signature) to stderr. `scripts/deps` installs both
+//! frameworks (`slack_bolt` from PyPI, `@slack/bolt` from npm).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::{json, Value};
+
+use crate::utils::*;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bolt {
+    Python,
+    Js,
+}
+
+impl Bolt {
+    /// What Bolt logs when it answers 401 to a bad signature.
+    fn rejection_log(self) -> &'static str {
+        match self {
+            Bolt::Python => "Invalid request signature detected",
+            Bolt::Js => "Failed to parse and verify the request data",
+        }
+    }
+}
+
+/// One Bolt app process on a free loopback port; killed on drop.
+struct BoltApp {
+    kind: Bolt,
+    child: Option<Child>,
+    port: u16,
+    out: PathBuf,
+    err: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl BoltApp {
+    /// Start the app; its `app_mention` listener sleeps `slow` seconds.
+    async fn start(kind: Bolt, slow: u64) -> BoltApp {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bolt");
+        let (program, dir, script) = match kind {
+            Bolt::Python => ("python3", root.join("python"), "app.py"),
+            Bolt::Js => ("node", root.join("js"), "app.js"),
+        };
+        if kind == Bolt::Js {
+            assert!(dir.join("node_modules/@slack/bolt").exists(), "@slack/bolt is not installed: run scripts/deps");
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let (out, err) = (tmp.path().join("stdout.log"), tmp.path().join("stderr.log"));
+        let port = free_port();
+        let child = Command::new(program)
+            .arg(script)
+            .current_dir(&dir)
+            .env("SLACK_SIGNING_SECRET", SECRET)
+            .env("PORT", port.to_string())
+            .env("SLOW", slow.to_string())
+            .env("PYTHONUNBUFFERED", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            // Bolt reads these when set; the apps must run on `authorize` alone.
+            .env_remove("SLACK_BOT_TOKEN")
+            .env_remove("SLACK_CLIENT_ID")
+            .env_remove("SLACK_CLIENT_SECRET")
+            .env_remove("SLACK_STATE_SECRET")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program} on PATH (scripts/deps installs it): {e}"));
+        let mut app = BoltApp { kind, child: Some(child), port, out, err, _dir: tmp };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            if let Some(Ok(Some(status))) = app.child.as_mut().map(|c| c.try_wait()) {
+                panic!("{kind:?} Bolt app exited with {status}:\n{}", app.logs());
+            }
+            assert!(Instant::now() < deadline, "{kind:?} Bolt app did not listen:\n{}", app.logs());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        app
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    fn logs(&self) -> String {
+        format!(
+            "--- {:?} app stdout ---\n{}--- {:?} app stderr ---\n{}",
+            self.kind,
+            self.stdout(),
+            self.kind,
+            self.stderr()
+        )
+    }
+
+    /// The app's `HANDLED <what> …` lines.
+    fn handled_lines(&self, what: &str) -> Vec<String> {
+        let tag = format!("HANDLED {what}");
+        self.stdout().lines().filter(|l| *l == tag || l.starts_with(&format!("{tag} "))).map(String::from).collect()
+    }
+
+    fn handled(&self, what: &str) -> usize {
+        self.handled_lines(what).len()
+    }
+}
+
+impl Drop for BoltApp {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Redis, the Bolt app and the gateway in front of it.
+struct Rig {
+    gw: Gateway,
+    app: BoltApp,
+    redis: RedisServer,
+    prefix: String,
+}
+
+impl Rig {
+    async fn start(kind: Bolt, name: &str, slow: u64) -> Rig {
+        let redis = RedisServer::start();
+        let app = BoltApp::start(kind, slow).await;
+        let mut cfg = GatewayConfig::new(&redis.url(), &prefix(&format!("bolt{kind:?}{name}")), &app.url());
+        // One attempt must outlive the slow listener (4 s), or the gateway would retry it.
+        cfg.delivery = r#"{ timeout = "10s", retry_initial = "100ms", retry_max = "400ms", lease = "20s" }"#.into();
+        let gw = Gateway::start(&cfg).await;
+        Rig { gw, app, redis, prefix: cfg.prefix }
+    }
+
+    /// Entries in the app's dead-letter stream.
+    fn dead(&self) -> usize {
+        self.redis.xlen(&format!("{{{}:bot:0}}:dead", self.prefix))
+    }
+
+    /// Deliveries not yet completed (a delivery record is deleted when the bot answered 2xx).
+    fn pending(&self) -> usize {
+        self.redis.keys(&format!("{{{}:bot:0}}:d:*", self.prefix)).len()
+    }
+
+    fn logs(&self) -> String {
+        format!("{}--- gateway ---\n{}", self.app.logs(), self.gw.log())
+    }
+
+    /// Every delivery completed with a 2xx from Bolt; none dead-lettered.
+    async fn assert_all_delivered(&self) {
+        assert!(eventually(Duration::from_secs(10), || self.pending() == 0).await, "undelivered\n{}", self.logs());
+        assert_eq!(self.dead(), 0, "Bolt refused a forwarded delivery (401: bad signature?)\n{}", self.logs());
+    }
+}
+
+/// An `app_mention` Events API envelope as Slack sends it.
+fn app_mention(event_id: &str, ts: &str, text: &str) -> Vec<u8> {
+    json!({
+        "token": "verification-token",
+        "team_id": "T1",
+        "api_app_id": "A1",
+        "event": {
+            "type": "app_mention",
+            "user": "U1",
+            "text": text,
+            "ts": ts,
+            "team": "T1",
+            "channel": "C1",
+            "event_ts": ts,
+            "blocks": []
+        },
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": 1700000000,
+        "authorizations": [{
+            "enterprise_id": null, "team_id": "T1", "user_id": "UBOT", "is_bot": true, "is_enterprise_install": false
+        }],
+        "is_ext_shared_channel": false,
+        "event_context": "4-eyJldCI6ImFwcF9tZW50aW9uIn0"
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// A slash command as Slack posts it (form-encoded).
+fn slash_command(command: &str, text: &str, trigger_id: &str) -> Vec<u8> {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("token", "verification-token")
+        .append_pair("team_id", "T1")
+        .append_pair("team_domain", "example")
+        .append_pair("channel_id", "C1")
+        .append_pair("channel_name", "general")
+        .append_pair("user_id", "U1")
+        .append_pair("user_name", "alice")
+        .append_pair("command", command)
+        .append_pair("text", text)
+        .append_pair("api_app_id", "A1")
+        .append_pair("is_enterprise_install", "false")
+        .append_pair("response_url", "https://hooks.slack.com/commands/T1/1/abc")
+        .append_pair("trigger_id", trigger_id)
+        .finish()
+        .into_bytes()
+}
+
+/// An interactive payload as Slack posts it: `payload=<urlencoded JSON>`.
+fn interaction(payload: Value) -> Vec<u8> {
+    form_urlencoded::Serializer::new(String::new()).append_pair("payload", &payload.to_string()).finish().into_bytes()
+}
+
+fn user() -> Value {
+    json!({"id": "U1", "username": "alice", "name": "alice", "team_id": "T1"})
+}
+
+fn team() -> Value {
+    json!({"id": "T1", "domain": "example"})
+}
+
+fn modal(callback_id: &str) -> Value {
+    json!({
+        "id": "V1", "team_id": "T1", "type": "modal", "private_metadata": "", "callback_id": callback_id,
+        "title": {"type": "plain_text", "text": "Form"},
+        "blocks": [{
+            "type": "input", "block_id": "field",
+            "label": {"type": "plain_text", "text": "Field"},
+            "element": {"type": "plain_text_input", "action_id": "input"}
+        }],
+        "state": {"values": {"field": {"input": {"type": "plain_text_input", "value": "x"}}}},
+        "hash": "1700000000.abcdef", "clear_on_close": false, "notify_on_close": false,
+        "root_view_id": "V1", "previous_view_id": null, "app_id": "A1", "external_id": "",
+        "app_installed_team_id": "T1", "bot_id": "BBOT"
+    })
+}
+
+fn view_submission(trigger_id: &str) -> Vec<u8> {
+    interaction(json!({
+        "type": "view_submission",
+        "team": team(),
+        "user": user(),
+        "api_app_id": "A1",
+        "token": "verification-token",
+        "trigger_id": trigger_id,
+        "view": modal("form"),
+        "response_urls": [],
+        "is_enterprise_install": false,
+        "enterprise": null
+    }))
+}
+
+fn block_suggestion(value: &str) -> Vec<u8> {
+    interaction(json!({
+        "type": "block_suggestion",
+        "user": user(),
+        "container": {"type": "view", "view_id": "V1"},
+        "api_app_id": "A1",
+        "token": "verification-token",
+        "action_id": "picker",
+        "block_id": "pick",
+        "value": value,
+        "team": team(),
+        "enterprise": null,
+        "is_enterprise_install": false,
+        "view": modal("form")
+    }))
+}
+
+fn block_actions(trigger_id: &str) -> Vec<u8> {
+    interaction(json!({
+        "type": "block_actions",
+        "user": user(),
+        "api_app_id": "A1",
+        "token": "verification-token",
+        "container": {"type": "message", "message_ts": "1700000000.000100", "channel_id": "C1", "is_ephemeral": false},
+        "trigger_id": trigger_id,
+        "team": team(),
+        "enterprise": null,
+        "is_enterprise_install": false,
+        "channel": {"id": "C1", "name": "general"},
+        "message": {
+            "type": "message", "user": "UBOT", "bot_id": "BBOT", "ts": "1700000000.000100", "text": "Deploy?",
+            "blocks": [{"type": "actions", "block_id": "acts", "elements": [{
+                "type": "button", "action_id": "button", "text": {"type": "plain_text", "text": "Go"}, "value": "go"
+            }]}]
+        },
+        "state": {"values": {}},
+        "response_url": "https://hooks.slack.com/actions/T1/1/abc",
+        "actions": [{
+            "action_id": "button", "block_id": "acts", "type": "button", "value": "go",
+            "text": {"type": "plain_text", "text": "Go", "emoji": true},
+            "action_ts": "1700000001.000200"
+        }]
+    }))
+}
+
+/// Send one request; returns status, content type and body (the gateway's answer to "Slack").
+async fn send_full(port: u16, req: Req) -> (u16, Option<String>, String) {
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut b = hyper::Request::builder()
+        .method(req.method)
+        .uri(format!("http://127.0.0.1:{port}{}", req.path))
+        .header("Content-Type", req.content_type);
+    for (k, v) in &req.headers {
+        b = b.header(k, v);
+    }
+    let resp =
+        tokio::time::timeout(Duration::from_secs(10), client.request(b.body(Full::new(req.body.into())).unwrap()))
+            .await
+            .expect("answered within 10s")
+            .expect("request sent");
+    let status = resp.status().as_u16();
+    let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, ct, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Wait until the app printed `HANDLED <what>` at least once, give a duplicate time to show up,
+/// and return how many it printed.
+async fn handled_after_settling(rig: &Rig, what: &str, within: Duration) -> usize {
+    assert!(eventually(within, || rig.app.handled(what) >= 1).await, "the app never handled {what}\n{}", rig.logs());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.app.handled(what)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. An event is forwarded once, and Bolt accepts the gateway's signature.
+
+async fn app_mention_is_handled_once_with_a_valid_signature(kind: Bolt) {
+    let rig = Rig::start(kind, "mention", 0).await;
+
+    // Control: the app really checks signatures (so a 2xx below means the gateway's was valid).
+    let forged = Req::signed("/slack/events", app_mention("EvForged", "1700000000.000001", "forged"), "not-the-secret");
+    assert_eq!(send(rig.app.port, forged).await.0, 401, "{}", rig.logs());
+    assert!(
+        eventually(Duration::from_secs(5), || rig.app.stderr().contains(kind.rejection_log())).await,
+        "Bolt logs what it rejects\n{}",
+        rig.logs()
+    );
+    assert_eq!(rig.app.handled("app_mention"), 0);
+
+    let body = app_mention("EvMention1", "1700000000.000100", "<@UBOT> hello there");
+    let (status, answer) = send(rig.gw.port, Req::signed("/slack/events", body, SECRET)).await;
+    assert_eq!(status, 200, "{}", rig.logs());
+    assert!(answer.is_empty());
+
+    assert_eq!(handled_after_settling(&rig, "app_mention", Duration::from_secs(10)).await, 1, "{}", rig.logs());
+    assert_eq!(rig.app.handled_lines("app_mention"), ["HANDLED app_mention 1700000000.000100 <@UBOT> hello there"]);
+    assert_eq!(rig.app.handled("message"), 0);
+    rig.assert_all_delivered().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. A slow listener: Slack is acked at once, its retries are absorbed, the bot runs once.
+
+async fn slow_handler_runs_once_despite_slack_retries(kind: Bolt) {
+    let rig = Rig::start(kind, "slow", 4).await;
+    let body = app_mention("EvSlow1", "1700000000.000200", "<@UBOT> take your time");
+    let start = tokio::time::Instant::now();
+    for retry in 0..3u64 {
+        tokio::time::sleep_until(start + Duration::from_secs(retry)).await;
+        let mut req = Req::signed("/slack/events", body.clone(), SECRET);
+        if retry > 0 {
+            req = req.header("X-Slack-Retry-Num", &retry.to_string()).header("X-Slack-Retry-Reason", "http_timeout");
+        }
+        let sent = Instant::now();
+        let (status, _) = send(rig.gw.port, req).await;
+        let took = sent.elapsed();
+        assert_eq!(status, 200, "delivery {retry}\n{}", rig.logs());
+        assert!(took < Duration::from_secs(1), "Slack waited {took:?} for delivery {retry}\n{}", rig.logs());
+    }
+    // The listener sleeps 4 s; by ~6 s it has finished exactly once.
+    assert!(
+        eventually(Duration::from_secs(10), || rig.app.handled("app_mention") >= 1).await,
+        "the app never handled app_mention\n{}",
+        rig.logs()
+    );
+    tokio::time::sleep_until(start + Duration::from_millis(6500)).await;
+    assert_eq!(rig.app.handled("app_mention"), 1, "{}", rig.logs());
+    rig.assert_all_delivered().await;
+    assert_eq!(rig.app.handled("app_mention"), 1, "{}", rig.logs());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Synchronous pass-through: Bolt's ack() body reaches Slack in the HTTP response.
+
+async fn slash_command_reply_is_returned_synchronously(kind: Bolt) {
+    let rig = Rig::start(kind, "slash", 0).await;
+    let body = slash_command("/deploy", "prod", "1700000000.111.slash");
+    assert!(String::from_utf8_lossy(&body).contains("command=%2Fdeploy&text=prod"));
+    let (status, ct, answer) = send_full(rig.gw.port, Req::signed("/slack/events", body, SECRET)).await;
+    assert_eq!(status, 200, "{}", rig.logs());
+    assert_eq!(handled_after_settling(&rig, "command /deploy", Duration::from_secs(5)).await, 1, "{}", rig.logs());
+    rig.assert_all_delivered().await;
+    assert!(
+        answer.contains("deploying prod"),
+        "Slack must get Bolt's ack() text in the response; got {answer:?} ({ct:?})\n{}",
+        rig.logs()
+    );
+}
+
+async fn view_submission_errors_are_returned_synchronously(kind: Bolt) {
+    let rig = Rig::start(kind, "view", 0).await;
+    let (status, ct, answer) =
+        send_full(rig.gw.port, Req::signed("/slack/events", view_submission("1700000000.222.view"), SECRET)).await;
+    assert_eq!(status, 200, "{}", rig.logs());
+    assert_eq!(handled_after_settling(&rig, "view_submission form", Duration::from_secs(5)).await, 1, "{}", rig.logs());
+    rig.assert_all_delivered().await;
+    let reply: Value = serde_json::from_str(&answer).unwrap_or_else(|_| {
+        panic!("Slack must get Bolt's response_action JSON; got {answer:?} ({ct:?})\n{}", rig.logs())
+    });
+    assert_eq!(reply["response_action"], "errors", "{answer}");
+    assert_eq!(reply["errors"]["field"], "too short", "{answer}");
+    assert!(ct.as_deref().is_some_and(|c| c.starts_with("application/json")), "content type {ct:?}");
+}
+
+async fn block_suggestion_options_are_returned_synchronously(kind: Bolt) {
+    let rig = Rig::start(kind, "options", 0).await;
+    let (status, ct, answer) =
+        send_full(rig.gw.port, Req::signed("/slack/events", block_suggestion("al"), SECRET)).await;
+    assert_eq!(status, 200, "{}", rig.logs());
+    assert_eq!(
+        handled_after_settling(&rig, "block_suggestion picker", Duration::from_secs(5)).await,
+        1,
+        "{}",
+        rig.logs()
+    );
+    rig.assert_all_delivered().await;
+    let reply: Value = serde_json::from_str(&answer)
+        .unwrap_or_else(|_| panic!("Slack must get Bolt's options JSON; got {answer:?} ({ct:?})\n{}", rig.logs()));
+    let options = reply["options"].as_array().unwrap_or_else(|| panic!("no options list in {answer}"));
+    assert!(options.iter().any(|o| o["text"]["text"] == "Alpha" && o["value"] == "a"), "{answer}");
+    assert!(ct.as_deref().is_some_and(|c| c.starts_with("application/json")), "content type {ct:?}");
+}
+
+async fn block_action_is_acked_and_handled_once(kind: Bolt) {
+    let rig = Rig::start(kind, "action", 0).await;
+    let (status, _, _) =
+        send_full(rig.gw.port, Req::signed("/slack/events", block_actions("1700000000.333.action"), SECRET)).await;
+    assert_eq!(status, 200, "{}", rig.logs());
+    assert_eq!(handled_after_settling(&rig, "block_action", Duration::from_secs(5)).await, 1, "{}", rig.logs());
+    rig.assert_all_delivered().await;
+}
+
+/// One `#[tokio::test]` per framework for a scenario.
+macro_rules! for_both {
+    ($scenario:ident => $python:ident, $js:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $python() {
+            $scenario(Bolt::Python).await
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $js() {
+            $scenario(Bolt::Js).await
+        }
+    };
+}
+
+for_both!(app_mention_is_handled_once_with_a_valid_signature
+    => python_app_mention_is_handled_once_with_a_valid_signature,
+       js_app_mention_is_handled_once_with_a_valid_signature);
+for_both!(slow_handler_runs_once_despite_slack_retries
+    => python_slow_handler_runs_once_despite_slack_retries,
+       js_slow_handler_runs_once_despite_slack_retries);
+for_both!(slash_command_reply_is_returned_synchronously
+    => python_slash_command_reply_is_returned_synchronously,
+       js_slash_command_reply_is_returned_synchronously);
+for_both!(view_submission_errors_are_returned_synchronously
+    => python_view_submission_errors_are_returned_synchronously,
+       js_view_submission_errors_are_returned_synchronously);
+for_both!(block_suggestion_options_are_returned_synchronously
+    => python_block_suggestion_options_are_returned_synchronously,
+       js_block_suggestion_options_are_returned_synchronously);
+for_both!(block_action_is_acked_and_handled_once
+    => python_block_action_is_acked_and_handled_once,
+       js_block_action_is_acked_and_handled_once);
