@@ -11,6 +11,7 @@
 //! - [`delivery`]: background workers and the retry policy.
 //! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot.
 //! - [`admin`], [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`ops`]: operator actions for the CLI and the admin API (stats, dead letters).
 //! - [`embedded`]: the private `redis-server` for laptops.
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,7 @@ pub mod delivery;
 pub mod embedded;
 pub mod ingress;
 pub mod metrics;
+pub mod ops;
 pub mod outbox;
 pub mod slack;
 pub mod upstream;

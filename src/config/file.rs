@@ -24,6 +24,7 @@ pub struct ServerSection {
     pub ack_budget: Option<String>,
     pub threads: Option<usize>,
     pub shutdown_grace: Option<String>,
+    pub admin_token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -58,6 +58,8 @@ pub struct ServerConfig {
     pub threads: usize,
     /// On SIGTERM, how long in-flight requests and attempts get before the process exits.
     pub shutdown_grace: Duration,
+    /// When set, the admin API (all but /healthz and /readyz) wants `Authorization: Bearer`.
+    pub admin_token: Option<Secret>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,7 +241,22 @@ impl Validator<'_> {
             return Err(self.err("server.threads", "must be between 1 and 256"));
         }
         let shutdown_grace = self.duration("server.shutdown_grace", &s.shutdown_grace, Duration::from_secs(10))?;
-        Ok(ServerConfig { listen, admin_listen, max_body, ack_budget, threads, shutdown_grace })
+        let admin_token = match &s.admin_token {
+            None => None,
+            Some(t) if !t.contains("${") => {
+                return Err(
+                    self.err("server.admin_token", "write \"${ENV_VAR}\": secrets never live in gateway.toml itself")
+                )
+            }
+            Some(t) => {
+                let value = interpolate(t).map_err(|m| self.err("server.admin_token", m))?;
+                if value.len() < 16 {
+                    return Err(self.err("server.admin_token", "must be at least 16 characters"));
+                }
+                Some(Secret::new(&value))
+            }
+        };
+        Ok(ServerConfig { listen, admin_listen, max_body, ack_budget, threads, shutdown_grace, admin_token })
     }
 
     fn redis(&self, raw: &FileConfig, ov: &Overrides) -> Result<RedisConfig, ConfigError> {

@@ -28,6 +28,9 @@ const PROMOTE_EVERY: Duration = Duration::from_millis(200);
 const BATCH: usize = 64;
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
+/// Whether this process's delivery workers are running, for `/readyz`.
+pub static WORKERS_RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
@@ -91,7 +94,9 @@ impl BackgroundService for DeliveryService {
             tasks.spawn(gauge_loop(app.name.clone(), keys.collect(), store.clone(), stop_rx.clone()));
         }
         info!(consumer = %self.consumer, "delivery workers started");
+        WORKERS_RUNNING.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = shutdown.changed().await;
+        WORKERS_RUNNING.store(false, std::sync::atomic::Ordering::Relaxed);
         let _ = stop_tx.send(true);
         while tasks.join_next().await.is_some() {}
         // In-flight attempts get the grace period; whatever is still running is abandoned and

@@ -7,7 +7,10 @@
 //! `…:d:<id>` delivery hash (body, content type, path, kind, received-at, retries) ·
 //! `…:sched` zset of due retries · `…:dead` dead-letter stream.
 
+mod dead;
 mod scripts;
+
+pub use dead::DeadLetter;
 
 use std::time::Duration;
 
@@ -126,6 +129,9 @@ pub struct Stored {
     /// The interaction type or command.
     pub detail: String,
     pub response_url: String,
+    /// The last failed attempt's status or error, when there was one.
+    pub last_status: String,
+    pub last_error: String,
 }
 
 /// How an attempt chain step ends.
@@ -188,6 +194,7 @@ pub struct Store {
     reclaim: Script,
     promote: Script,
     stats: Script,
+    dead: Script,
 }
 
 /// A ConnectionManager that connects on first use; call from the runtime that will use it
@@ -213,6 +220,7 @@ impl Store {
             reclaim: Script::new(scripts::RECLAIM),
             promote: Script::new(scripts::PROMOTE),
             stats: Script::new(scripts::STATS),
+            dead: Script::new(scripts::DEAD),
         }
     }
 
@@ -313,6 +321,8 @@ impl Store {
             retries: num("n"),
             detail: text("x"),
             response_url: text("ru"),
+            last_status: text("st"),
+            last_error: text("err"),
         }))
     }
 

@@ -80,7 +80,9 @@ if ARGV[2] == 'retry' then
   return 1
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('XADD', KEYS[3], '*', 'd', ARGV[1], 'st', ARGV[4], 'err', ARGV[5], 'attempts', n, 'at', ARGV[3])
+local de = redis.call('XADD', KEYS[3], '*', 'd', ARGV[1], 'st', ARGV[4], 'err', ARGV[5], 'attempts', n,
+  'at', ARGV[3])
+redis.call('HSET', KEYS[2], 'de', de)
 return 1
 "#;
 
@@ -132,8 +134,9 @@ redis.call('HSET', KEYS[2], 'st', ARGV[8], 'err', ARGV[9])
 if mode == 'retry' then
   redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
 else
-  redis.call('XADD', KEYS[4], '*', 'd', ARGV[6], 'st', ARGV[8], 'err', ARGV[9],
+  local de = redis.call('XADD', KEYS[4], '*', 'd', ARGV[6], 'st', ARGV[8], 'err', ARGV[9],
     'attempts', n, 'at', ARGV[7])
+  redis.call('HSET', KEYS[2], 'de', de)
 end
 return 1
 "#
@@ -191,4 +194,22 @@ local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
 local oldest = ''
 if #first > 0 then oldest = first[1][1] end
 return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]), oldest}
+"#;
+
+/// KEYS: dead-letter stream, outbox stream, delivery hash. ARGV: delivery id, mode
+/// (replay | purge), now ms. Replay puts a dead delivery back on the stream with a fresh
+/// give-up window; purge forgets it. Returns 0 when it is not dead-lettered.
+pub const DEAD: &str = r#"
+local de = redis.call('HGET', KEYS[3], 'de')
+if not de then
+  return 0
+end
+redis.call('XDEL', KEYS[1], de)
+if ARGV[2] == 'purge' then
+  redis.call('DEL', KEYS[3])
+  return 1
+end
+redis.call('HDEL', KEYS[3], 'de')
+redis.call('HSET', KEYS[3], 'rcv', ARGV[3], 'e', redis.call('XADD', KEYS[2], '*', 'd', ARGV[1]))
+return 1
 "#;

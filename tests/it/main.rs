@@ -11,4 +11,5 @@ mod delivery;
 mod fence;
 mod interactive;
 mod messages;
+mod operate;
 mod store_outage;

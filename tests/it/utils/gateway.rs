@@ -71,17 +71,30 @@ pub struct Gateway {
     pub admin_port: u16,
     pub config_path: PathBuf,
     log_path: PathBuf,
+    env: Vec<(String, String)>,
     _dir: tempfile::TempDir,
 }
 
 impl Gateway {
     pub async fn start(cfg: &GatewayConfig) -> Gateway {
+        Self::start_with_env(cfg, &[]).await
+    }
+
+    pub async fn start_with_env(cfg: &GatewayConfig, env: &[(&str, &str)]) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let (port, admin_port) = (super::free_port(), super::free_port());
         let config_path = dir.path().join("gateway.toml");
         std::fs::File::create(&config_path).unwrap().write_all(cfg.render(port, admin_port).as_bytes()).unwrap();
-        let mut gw =
-            Gateway { child: None, port, admin_port, config_path, log_path: dir.path().join("gateway.log"), _dir: dir };
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut gw = Gateway {
+            child: None,
+            port,
+            admin_port,
+            config_path,
+            log_path: dir.path().join("gateway.log"),
+            env,
+            _dir: dir,
+        };
         gw.spawn().await;
         gw
     }
@@ -96,6 +109,7 @@ impl Gateway {
             .env("SG_OTHER_SECRET", "the-other-apps-secret")
             .env("RUST_LOG", "info")
             .env_remove("SLACKGATE_REDIS_URL")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -16,6 +16,8 @@ use crate::delivery::DeliveryService;
 use crate::embedded::EmbeddedRedis;
 use crate::ingress::Ingress;
 
+mod ops;
+
 #[derive(Parser)]
 #[command(name = "slackgate", version, about = "Durable, deduplicating gateway in front of Slack bots")]
 pub struct Cli {
@@ -29,13 +31,22 @@ enum Command {
     Run(RunOpts),
     /// Validate the config and print each app's routes and upstream.
     Check(ConfigOpt),
+    /// Per app: deliveries ready, in flight, scheduled, dead; oldest age; delivered last minute.
+    Stats(ops::Target),
+    /// The dead-letter stream: list, show, replay, purge.
+    Dlq {
+        #[command(subcommand)]
+        action: ops::DlqAction,
+        #[command(flatten)]
+        target: ops::Target,
+    },
 }
 
 #[derive(Args)]
-struct ConfigOpt {
+pub struct ConfigOpt {
     /// Path to gateway.toml.
-    #[arg(long, short, env = "SLACKGATE_CONFIG", default_value = "gateway.toml")]
-    config: PathBuf,
+    #[arg(long, short, env = "SLACKGATE_CONFIG", default_value = "gateway.toml", global = true)]
+    pub config: PathBuf,
 }
 
 #[derive(Args)]
@@ -61,6 +72,8 @@ pub fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Check(opt) => check(&opt),
         Command::Run(opts) => run(opts),
+        Command::Stats(target) => ops::stats(&target),
+        Command::Dlq { action, target } => ops::dlq(&target, action),
     }
 }
 
@@ -129,7 +142,7 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
     server.add_service(ingress);
     server.add_service(background_service("delivery", DeliveryService::new(config.clone(), redis_url.clone())));
     if let Some(addr) = &config.server.admin_listen {
-        let mut admin = Service::new("admin".into(), Admin::new(redis_url.clone()));
+        let mut admin = Service::new("admin".into(), Admin::new(config.clone(), redis_url.clone()));
         admin.add_tcp(addr);
         server.add_service(admin);
     }

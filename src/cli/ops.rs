@@ -1,0 +1,188 @@
+//! `slackgate stats` and `slackgate dlq …`: readable tables by default, `--json` for scripts.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use super::ConfigOpt;
+use crate::config::{Config, Overrides, RedisTarget};
+use crate::ops::Ops;
+use crate::outbox::{self, Store};
+
+#[derive(Args)]
+pub struct Target {
+    #[command(flatten)]
+    config: ConfigOpt,
+    /// Only this app (required for per-delivery actions when the config has several).
+    #[arg(long, global = true)]
+    app: Option<String>,
+    /// Machine-readable output.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Redis URL (beats [redis] url).
+    #[arg(long, env = "SLACKGATE_REDIS_URL", global = true)]
+    redis_url: Option<String>,
+    /// The data dir of a running `slackgate run` with the embedded Redis.
+    #[arg(long, env = "SLACKGATE_DATA_DIR", default_value = "data", global = true)]
+    data_dir: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub enum DlqAction {
+    /// The oldest dead letters.
+    List {
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// One dead letter in full, body included.
+    Show { id: String },
+    /// Put dead letters back on the outbox (after fixing the bot).
+    Replay {
+        id: Option<String>,
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+    },
+    /// Forget dead letters and their bodies.
+    Purge {
+        id: Option<String>,
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+    },
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+async fn connect(t: &Target) -> anyhow::Result<Ops> {
+    let overrides = Overrides { redis_url: t.redis_url.clone(), ..Overrides::default() };
+    let config = Arc::new(Config::from_file(&t.config.config, &overrides)?);
+    let url = match &config.redis.target {
+        RedisTarget::Url(u) => u.clone(),
+        RedisTarget::Embedded => {
+            let socket = t.data_dir.join("redis.sock");
+            anyhow::ensure!(
+                socket.exists(),
+                "the embedded Redis is not running ({} is missing): start `slackgate run` or pass --redis-url",
+                socket.display()
+            );
+            format!("redis+unix://{}", socket.canonicalize()?.display())
+        }
+    };
+    let store = Store::new(outbox::connect_lazy(&url, Duration::from_secs(5))?);
+    store.ping().await.context("cannot reach Redis")?;
+    Ok(Ops::new(config, store))
+}
+
+fn age(ms: u64) -> String {
+    match ms / 1000 {
+        0 if ms == 0 => "-".into(),
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s => format!("{}h", s / 3600),
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub fn stats(t: &Target) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let stats = connect(t).await?.stats(t.app.as_deref()).await?;
+        if t.json {
+            return print_json(&stats);
+        }
+        println!(
+            "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14}",
+            "app", "ready", "in_flight", "scheduled", "dead", "oldest", "delivered/min"
+        );
+        for s in stats {
+            let st = &s.stats;
+            println!(
+                "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14}",
+                s.app,
+                st.ready,
+                st.in_flight,
+                st.scheduled,
+                st.dead,
+                age(st.oldest_age_ms),
+                st.delivered_last_minute
+            );
+        }
+        Ok(())
+    })
+}
+
+pub fn dlq(t: &Target, action: DlqAction) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let ops = connect(t).await?;
+        let app = t.app.as_deref();
+        match action {
+            DlqAction::List { limit } => {
+                let letters = ops.list(app, limit).await?;
+                if t.json {
+                    return print_json(&letters);
+                }
+                println!("{:<12} {:<20} {:>9} {:>6} {:>8}  error", "app", "delivery", "parked", "status", "attempts");
+                let now = crate::delivery::now_ms();
+                for d in letters {
+                    let l = &d.letter;
+                    let status = if l.status.is_empty() { "-" } else { &l.status };
+                    let parked = age(now.saturating_sub(l.parked_ms).max(1));
+                    println!(
+                        "{:<12} {:<20} {:>9} {:>6} {:>8}  {}",
+                        d.app, l.delivery, parked, status, l.attempts, l.error
+                    );
+                }
+            }
+            DlqAction::Show { id } => {
+                let d = ops.show(app, &id).await?;
+                if t.json {
+                    return print_json(&d);
+                }
+                println!(
+                    "app:          {}\ndelivery:     {}\nkind:         {} {}",
+                    d.app, d.delivery, d.kind, d.detail
+                );
+                println!("path:         {}\ncontent type: {}\nattempts:     {}", d.path, d.content_type, d.attempts);
+                println!("last status:  {}\nlast error:   {}\n\n{}", d.last_status, d.last_error, d.body);
+            }
+            DlqAction::Replay { id: Some(id), .. } => ops.replay(app, &id).await.map(|_| println!("replayed {id}"))?,
+            DlqAction::Purge { id: Some(id), .. } => ops.purge(app, &id).await.map(|_| println!("purged {id}"))?,
+            DlqAction::Replay { id: None, all: true } => all(&ops, app, false, t.json).await?,
+            DlqAction::Purge { id: None, all: true } => all(&ops, app, true, t.json).await?,
+            DlqAction::Replay { .. } | DlqAction::Purge { .. } => anyhow::bail!("give a delivery id or --all"),
+        }
+        Ok(())
+    })
+}
+
+async fn all(ops: &Ops, app: Option<&str>, purge: bool, json: bool) -> anyhow::Result<()> {
+    let verb = if purge { "purged" } else { "replayed" };
+    let mut last = std::time::Instant::now();
+    let n = ops
+        .all(app, purge, |done, total| {
+            // A progress line on stderr, redrawn at most ten times a second.
+            if !json && (last.elapsed() > Duration::from_millis(100) || done == total) {
+                last = std::time::Instant::now();
+                let width = 30;
+                let filled = (done * width / total.max(1)) as usize;
+                eprint!("\r[{}{}] {done}/{total} {verb}", "#".repeat(filled), " ".repeat(width as usize - filled));
+                let _ = std::io::stderr().flush();
+            }
+        })
+        .await?;
+    if json {
+        print_json(&serde_json::json!({ verb: n }))
+    } else {
+        eprintln!();
+        println!("{verb} {n}");
+        Ok(())
+    }
+}

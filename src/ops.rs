@@ -1,0 +1,191 @@
+//! Operator actions, shared by the CLI (`slackgate stats`, `slackgate dlq …`) and the admin
+//! API: outbox counts per app, and the dead letters — list, show, replay, purge.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::config::{AppConfig, Config};
+use crate::delivery::now_ms;
+use crate::outbox::{self, DeadLetter, OutboxStats, ShardKeys, Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpsError {
+    #[error("no app named `{0}` in the config")]
+    UnknownApp(String),
+    #[error("the config has several apps: name one with --app")]
+    AppRequired,
+    #[error("`{0}` is not a delivery id (they look like 0-1a2b3c4d5e6f7a8b)")]
+    BadId(String),
+    #[error("delivery {0} is not in the dead-letter stream")]
+    NotDead(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug, Serialize)]
+pub struct AppStats {
+    pub app: String,
+    #[serde(flatten)]
+    pub stats: OutboxStats,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AppDeadLetter {
+    pub app: String,
+    #[serde(flatten)]
+    pub letter: DeadLetter,
+}
+
+/// One dead letter in full, body included (what an operator needs before a replay).
+#[derive(Debug, Serialize)]
+pub struct DeadDetail {
+    pub app: String,
+    pub delivery: String,
+    pub kind: String,
+    pub detail: String,
+    pub path: String,
+    pub content_type: String,
+    pub received_ms: u64,
+    pub attempts: u64,
+    pub last_status: String,
+    pub last_error: String,
+    pub body: String,
+}
+
+pub struct Ops {
+    config: Arc<Config>,
+    store: Store,
+}
+
+impl Ops {
+    pub fn new(config: Arc<Config>, store: Store) -> Self {
+        Ops { config, store }
+    }
+
+    /// The named app, or the only one.
+    pub fn app(&self, name: Option<&str>) -> Result<&Arc<AppConfig>, OpsError> {
+        match name {
+            Some(n) => self.config.apps.iter().find(|a| a.name == n).ok_or_else(|| OpsError::UnknownApp(n.into())),
+            None if self.config.apps.len() == 1 => Ok(&self.config.apps[0]),
+            None => Err(OpsError::AppRequired),
+        }
+    }
+
+    fn apps(&self, name: Option<&str>) -> Result<Vec<&Arc<AppConfig>>, OpsError> {
+        match name {
+            Some(_) => Ok(vec![self.app(name)?]),
+            None => Ok(self.config.apps.iter().collect()),
+        }
+    }
+
+    fn shards(&self, app: &AppConfig) -> Vec<ShardKeys> {
+        (0..self.config.redis.shards).map(|i| ShardKeys::new(&self.config.redis.key_prefix, &app.name, i)).collect()
+    }
+
+    /// A delivery id starts with its shard: `<shard>-<hex>`.
+    fn shard_keys(&self, app: &AppConfig, id: &str) -> Result<ShardKeys, OpsError> {
+        let shard = id
+            .split_once('-')
+            .filter(|(_, hex)| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|(s, _)| s.parse::<u16>().ok())
+            .filter(|s| *s < self.config.redis.shards)
+            .ok_or_else(|| OpsError::BadId(id.into()))?;
+        Ok(ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard))
+    }
+
+    pub async fn stats(&self, app: Option<&str>) -> Result<Vec<AppStats>, OpsError> {
+        let mut out = Vec::new();
+        for a in self.apps(app)? {
+            let stats = outbox::app_stats(&self.store, &self.shards(a), now_ms()).await?;
+            out.push(AppStats { app: a.name.clone(), stats });
+        }
+        Ok(out)
+    }
+
+    /// The oldest `limit` dead letters of each app (of one, with `app`).
+    pub async fn list(&self, app: Option<&str>, limit: usize) -> Result<Vec<AppDeadLetter>, OpsError> {
+        let mut out = Vec::new();
+        for a in self.apps(app)? {
+            for keys in self.shards(a) {
+                for letter in self.store.dead_letters(&keys, limit).await? {
+                    out.push(AppDeadLetter { app: a.name.clone(), letter });
+                }
+            }
+        }
+        out.sort_by_key(|d| d.letter.parked_ms);
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    pub async fn show(&self, app: Option<&str>, id: &str) -> Result<DeadDetail, OpsError> {
+        let a = self.app(app)?;
+        let keys = self.shard_keys(a, id)?;
+        let d = self.store.load(&keys, id).await?.ok_or_else(|| OpsError::NotDead(id.into()))?;
+        Ok(DeadDetail {
+            app: a.name.clone(),
+            delivery: id.into(),
+            kind: d.kind.as_str().into(),
+            detail: d.detail,
+            path: d.path,
+            content_type: d.content_type,
+            received_ms: d.received_ms,
+            attempts: d.retries,
+            last_status: d.last_status,
+            last_error: d.last_error,
+            body: String::from_utf8_lossy(&d.body).into_owned(),
+        })
+    }
+
+    /// Put one dead letter back on the outbox, with a fresh give-up window.
+    pub async fn replay(&self, app: Option<&str>, id: &str) -> Result<(), OpsError> {
+        let a = self.app(app)?;
+        let keys = self.shard_keys(a, id)?;
+        match self.store.replay(&keys, id, now_ms()).await? {
+            true => Ok(()),
+            false => Err(OpsError::NotDead(id.into())),
+        }
+    }
+
+    pub async fn purge(&self, app: Option<&str>, id: &str) -> Result<(), OpsError> {
+        let a = self.app(app)?;
+        let keys = self.shard_keys(a, id)?;
+        match self.store.purge(&keys, id).await? {
+            true => Ok(()),
+            false => Err(OpsError::NotDead(id.into())),
+        }
+    }
+
+    /// Replay (or purge) every dead letter of one app, in batches; `progress(done, total)`.
+    pub async fn all(
+        &self,
+        app: Option<&str>,
+        purge: bool,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<u64, OpsError> {
+        let a = self.app(app)?;
+        let total = outbox::app_stats(&self.store, &self.shards(a), now_ms()).await?.dead;
+        let mut done = 0;
+        for keys in self.shards(a) {
+            loop {
+                let batch = self.store.dead_letters(&keys, 500).await?;
+                if batch.is_empty() {
+                    break;
+                }
+                for letter in batch {
+                    let ok = match purge {
+                        true => self.store.purge(&keys, &letter.delivery).await?,
+                        false => self.store.replay(&keys, &letter.delivery, now_ms()).await?,
+                    };
+                    if !ok {
+                        // A dead-letter entry whose delivery is gone: drop the stale entry.
+                        self.store.drop_dead_entry(&keys, &letter.entry).await?;
+                    }
+                    done += 1;
+                    progress(done, total.max(done));
+                }
+            }
+        }
+        Ok(done)
+    }
+}

@@ -1,0 +1,78 @@
+//! The dead-letter stream: list, inspect, replay, purge. Deliveries are parked there with their
+//! body kept, so an operator can replay them after fixing the bot.
+
+use redis::streams::StreamRangeReply;
+use serde::Serialize;
+
+use super::{ShardKeys, Store, StoreError};
+
+/// One dead-lettered delivery.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetter {
+    /// The entry in the dead-letter stream.
+    #[serde(skip)]
+    pub entry: String,
+    pub delivery: String,
+    /// The bot's last status, or empty when the last attempt failed without one.
+    pub status: String,
+    pub error: String,
+    pub attempts: u64,
+    /// When it was parked (Unix ms).
+    pub parked_ms: u64,
+}
+
+impl Store {
+    /// The oldest `limit` dead letters of one shard.
+    pub async fn dead_letters(&self, keys: &ShardKeys, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
+        let reply: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&keys.dead)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(reply
+            .ids
+            .into_iter()
+            .map(|e| DeadLetter {
+                entry: e.id.clone(),
+                delivery: e.get("d").unwrap_or_default(),
+                status: e.get("st").unwrap_or_default(),
+                error: e.get("err").unwrap_or_default(),
+                attempts: e.get::<String>("attempts").and_then(|a| a.parse().ok()).unwrap_or(0),
+                parked_ms: e.get::<String>("at").and_then(|a| a.parse().ok()).unwrap_or(0),
+            })
+            .collect())
+    }
+
+    /// Put a dead delivery back on the stream. `false`: it is not dead-lettered.
+    pub async fn replay(&self, keys: &ShardKeys, delivery: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.dead_op(keys, delivery, "replay", now_ms).await
+    }
+
+    /// Forget a dead delivery and its body. `false`: it is not dead-lettered.
+    pub async fn purge(&self, keys: &ShardKeys, delivery: &str) -> Result<bool, StoreError> {
+        self.dead_op(keys, delivery, "purge", 0).await
+    }
+
+    /// Remove one entry from the dead-letter stream (one whose delivery no longer exists).
+    pub async fn drop_dead_entry(&self, keys: &ShardKeys, entry: &str) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("XDEL").arg(&keys.dead).arg(entry).query_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    async fn dead_op(&self, keys: &ShardKeys, delivery: &str, mode: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let ok: i64 = self
+            .dead
+            .key(&keys.dead)
+            .key(&keys.stream)
+            .key(keys.delivery(delivery))
+            .arg(delivery)
+            .arg(mode)
+            .arg(now_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok == 1)
+    }
+}

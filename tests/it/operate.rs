@@ -1,0 +1,130 @@
+//! Operating it: `slackgate stats`, `slackgate dlq …` and the admin API behind its token.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::utils::*;
+
+const TOKEN: &str = "admin-token-for-tests-0123456789";
+
+fn cli(gw: &Gateway, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
+        .args(args)
+        .arg("--config")
+        .arg(&gw.config_path)
+        .env("SG_TEST_SECRET", SECRET)
+        .env("SG_ADMIN_TOKEN", TOKEN)
+        .env_remove("SLACKGATE_REDIS_URL")
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+async fn admin(gw: &Gateway, method: &'static str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = Req::signed(path, Vec::new(), SECRET);
+    req.method = method;
+    req.headers.clear();
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let (status, body) = send(gw.admin_port, req).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn setup(name: &str) -> (RedisServer, Receiver, Gateway, String) {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
+    cfg.server = r#"admin_token = "${SG_ADMIN_TOKEN}""#.into();
+    let gw = Gateway::start_with_env(&cfg, &[("SG_ADMIN_TOKEN", TOKEN)]).await;
+    (redis, bot, gw, cfg.prefix)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_can_be_listed_shown_replayed_and_purged_from_the_cli() {
+    let (redis, bot, gw, prefix) = setup("dlqcli").await;
+    let dead = format!("{{{prefix}:bot:0}}:dead");
+    bot.set_default(Reply::status(404));
+    for i in 0..3 {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvDlq{i}")), SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(5), || redis.xlen(&dead) == 3).await);
+
+    let (ok, out, err) = cli(&gw, &["dlq", "list", "--json"]);
+    assert!(ok, "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 3);
+    assert_eq!(list[0]["status"], "404");
+    let id = list[0]["delivery"].as_str().unwrap().to_string();
+    let (ok, out, _) = cli(&gw, &["dlq", "list"]);
+    assert!(ok && out.contains(&id) && out.contains("404"), "{out}");
+
+    let (ok, out, err) = cli(&gw, &["dlq", "show", &id]);
+    assert!(ok, "{err}");
+    assert!(out.contains("EvDlq0") && out.contains("application/json"), "{out}");
+
+    bot.set_default(Reply::status(200));
+    let (ok, out, err) = cli(&gw, &["dlq", "replay", &id]);
+    assert!(ok && out.contains("replayed"), "{out}{err}");
+    assert!(eventually(Duration::from_secs(5), || bot.count_body("EvDlq0") == 2).await, "delivered again");
+    assert_eq!(redis.xlen(&dead), 2);
+    let (ok, _, err) = cli(&gw, &["dlq", "replay", &id]);
+    assert!(!ok && err.contains("not in the dead-letter stream"), "{err}");
+
+    let (ok, out, err) = cli(&gw, &["dlq", "purge", "--all"]);
+    assert!(ok && out.contains("purged 2"), "{out}{err}");
+    assert_eq!(redis.xlen(&dead), 0);
+    assert!(redis.keys("*:d:*").is_empty(), "bodies are gone");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(bot.count_body("EvDlq1"), 1, "purged letters are not delivered");
+
+    let (ok, out, err) = cli(&gw, &["stats", "--json"]);
+    assert!(ok, "{err}");
+    let stats: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(stats[0]["app"], "bot");
+    assert_eq!(stats[0]["dead"], 0);
+    let (ok, out, _) = cli(&gw, &["stats"]);
+    assert!(ok && out.contains("in_flight") && out.contains("bot"), "{out}");
+    let (ok, _, err) = cli(&gw, &["dlq", "show", "not-an-id"]);
+    assert!(!ok && err.contains("not a delivery id"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_wants_its_token_except_for_probes() {
+    let (redis, bot, gw, prefix) = setup("dlqapi").await;
+    bot.set_default(Reply::status(410));
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvApi"), SECRET)).await.0, 200);
+    let dead = format!("{{{prefix}:bot:0}}:dead");
+    assert!(eventually(Duration::from_secs(5), || redis.xlen(&dead) == 1).await);
+
+    assert_eq!(admin(&gw, "GET", "/healthz", None).await.0, 200);
+    let mut ready = 0;
+    for _ in 0..50 {
+        ready = admin(&gw, "GET", "/readyz", None).await.0;
+        if ready == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(ready, 200, "Redis answers and the workers run");
+    for path in ["/metrics", "/dlq", "/stats"] {
+        assert_eq!(admin(&gw, "GET", path, None).await.0, 401, "{path}");
+        assert_eq!(admin(&gw, "GET", path, Some("wrong-token-wrong-token")).await.0, 401, "{path}");
+    }
+    let (status, body) = admin(&gw, "GET", "/dlq?app=bot", Some(TOKEN)).await;
+    assert_eq!(status, 200);
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = list[0]["delivery"].as_str().unwrap().to_string();
+    assert_eq!(list[0]["status"], "410");
+    let (status, body) = admin(&gw, "GET", &format!("/dlq/bot/{id}"), Some(TOKEN)).await;
+    assert!(status == 200 && body.contains("EvApi"), "{body}");
+    assert_eq!(admin(&gw, "GET", "/dlq/nobody/0-00", Some(TOKEN)).await.0, 404);
+    bot.set_default(Reply::status(200));
+    let (status, _) = admin(&gw, "POST", &format!("/dlq/bot/{id}/replay"), Some(TOKEN)).await;
+    assert_eq!(status, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count_body("EvApi") == 2).await);
+    assert_eq!(admin(&gw, "DELETE", &format!("/dlq/bot/{id}"), Some(TOKEN)).await.0, 404, "no longer dead");
+    let (status, body) = admin(&gw, "GET", "/metrics", Some(TOKEN)).await;
+    assert!(status == 200 && body.contains("slackgate_requests_total"), "{body}");
+    assert!(!body.contains(SECRET) && !body.contains(TOKEN));
+}
