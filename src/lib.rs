@@ -27,8 +27,10 @@ pub mod outbox;
 pub mod slack;
 pub mod upstream;
 
-/// Logs to stderr; `RUST_LOG` picks the level (default `info`).
-pub fn init_tracing() {
+/// Logs to stderr, `pretty` (human) or `json` (one object per line); `RUST_LOG` picks the
+/// level (default `info`). Audit lines use the target `slackgate::audit`.
+pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json { builder.json().try_init() } else { builder.with_target(false).try_init() };
 }

@@ -65,6 +65,9 @@ struct RunOpts {
     /// Where the embedded Redis keeps its data.
     #[arg(long, env = "SLACKGATE_DATA_DIR", default_value = "data")]
     data_dir: PathBuf,
+    /// Log lines as `pretty` text or `json` objects.
+    #[arg(long, env = "SLACKGATE_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
+    log_format: String,
 }
 
 pub fn main() -> anyhow::Result<()> {
@@ -111,7 +114,7 @@ fn redact_url(url: &str) -> String {
 }
 
 fn run(opts: RunOpts) -> anyhow::Result<()> {
-    crate::init_tracing();
+    crate::init_tracing(opts.log_format == "json");
     // One rustls provider for the whole process: Pingora's upstream TLS and `rediss://` alike.
     pingora::tls::install_default_crypto_provider();
     let overrides = Overrides { listen: opts.listen, admin_listen: opts.admin_listen, redis_url: opts.redis_url };

@@ -292,6 +292,15 @@ async fn attempt(s: &Shard, lease: Lease) {
             (Finish::Retry { due_ms: now + delay.as_millis() as u64, status, error }, "retried")
         }
     };
+    let next_retry_ms = match &finish {
+        Finish::Retry { due_ms, .. } => due_ms.saturating_sub(now),
+        _ => 0,
+    };
+    let (status, error) = match &result {
+        Ok(r) => (r.status, String::new()),
+        Err(e) => (0, e.to_string()),
+    };
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     match s.store.finish(&s.keys, &s.consumer, &lease, finish).await {
         Ok(true) => {
             METRICS.deliveries.with_label_values(&[app, outcome]).inc();
@@ -304,7 +313,7 @@ async fn attempt(s: &Shard, lease: Lease) {
                     s.client.post_late_reply(app, &stored.response_url, ct, &resp.body).await;
                 }
             }
-            info!(attempt = attempt_no, outcome, "attempt finished");
+            info!(target: "slackgate::audit", attempt = attempt_no, outcome, status, error = %error, latency_ms, next_retry_ms, "attempt");
         }
         Ok(false) => {
             METRICS.fence_rejections.with_label_values(&[app]).inc();

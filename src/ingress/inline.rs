@@ -118,6 +118,12 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
             warn!(error = %e, "cannot record the outcome; the workers will retry it after the lease");
         }
     }
+    let (status, error) = match &result {
+        Ok(r) => (r.status, String::new()),
+        Err(e) => (0, e.to_string()),
+    };
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    info!(target: "slackgate::audit", attempt = 1, outcome, status, error = %error, latency_ms, "inline attempt");
     let pass = match verdict {
         Verdict::Delivered | Verdict::Final { .. } => result.ok(),
         Verdict::Retry { .. } => None,
@@ -125,7 +131,6 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
     let late = match tx.send(pass) {
         Ok(()) => {
             METRICS.inline.with_label_values(&[app, label, "in_time"]).inc();
-            info!(outcome, "answered inline");
             return;
         }
         Err(late) => late,

@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::config::{AppConfig, Config, RouteKind};
 use crate::delivery::now_ms;
@@ -36,6 +36,19 @@ pub struct Ingress {
 /// Per-request state: which app the path belongs to, for passthrough and logging.
 pub struct Ctx {
     app: Option<usize>,
+    audit: Audit,
+}
+
+/// What the one audit line per ingress decision says, gathered along the way.
+#[derive(Default)]
+struct Audit {
+    detail: String,
+    receipt: String,
+    message_key: String,
+    delivery: String,
+    retry_num: String,
+    retry_reason: String,
+    reason: String,
 }
 
 /// What the gateway answers Slack, and how it is counted.
@@ -77,7 +90,7 @@ impl Ingress {
     }
 
     /// Everything between the request line and the answer for one Slack route.
-    async fn answer(&self, session: &mut Session, app: &Arc<AppConfig>) -> Answer {
+    async fn answer(&self, session: &mut Session, app: &Arc<AppConfig>, audit: &mut Audit) -> Answer {
         if session.req_header().method != http::Method::POST {
             return Answer::text(405, "unknown", "bad_method", "method not allowed\n");
         }
@@ -90,14 +103,14 @@ impl Ingress {
         if let Err(e) =
             slack::verify(&app.secrets, header("x-slack-request-timestamp"), header("x-slack-signature"), &body, now)
         {
-            debug!(app = %app.name, reason = %e, "refused unsigned request");
+            audit.reason = e.to_string();
             return Answer::text(401, "unknown", "unauthorized", "invalid signature\n");
         }
         let content_type = header("content-type").unwrap_or_default().to_vec();
         let request = match slack::classify(&content_type, &body) {
             Ok(r) => r,
             Err(e) => {
-                debug!(app = %app.name, reason = %e, "unparseable payload");
+                audit.reason = e.to_string();
                 return Answer::text(400, "unknown", "bad_request", "unparseable payload\n");
             }
         };
@@ -108,7 +121,8 @@ impl Ingress {
                 _ => "other".into(),
             };
             METRICS.slack_retries.with_label_values(&[app.name.as_str(), reason.as_ref()]).inc();
-            debug!(app = %app.name, retry = %String::from_utf8_lossy(num), "slack retry");
+            audit.retry_num = String::from_utf8_lossy(num).chars().take(8).collect();
+            audit.retry_reason = reason.into_owned();
         }
         match request {
             Request::UrlVerification { challenge } => {
@@ -124,7 +138,7 @@ impl Ingress {
                 warn!(app = %app.name, "Slack reports app_rate_limited: it is dropping events for this app");
                 Answer::empty(200, "app_rate_limited", "ignored")
             }
-            Request::Delivery(d) => self.record(session, app, d, content_type, body).await,
+            Request::Delivery(d) => self.record(session, app, d, content_type, body, audit).await,
         }
     }
 
@@ -137,19 +151,23 @@ impl Ingress {
         d: slack::Delivery,
         ct: Vec<u8>,
         body: Bytes,
+        audit: &mut Audit,
     ) -> Answer {
         let kind = d.kind.as_str();
+        audit.detail.clone_from(&d.detail);
+        audit.receipt.clone_from(&d.receipt);
         let message = d.message.as_ref();
         let cancel = message.filter(|_| app.cancel_on_delete).and_then(slack::deleted_message_key);
         let ignored = slack::ignore_reason(&d, &app.rules);
         if let Some(reason) = ignored {
             METRICS.ignored.with_label_values(&[&app.name, reason]).inc();
-            debug!(app = %app.name, kind, receipt = %d.receipt, reason, "ignored by filter");
+            audit.reason = reason.into();
             if cancel.is_none() {
                 return Answer::empty(200, kind, "ignored");
             }
         }
         let claim = message.filter(|_| app.message_dedupe).and_then(slack::message_key);
+        audit.message_key = claim.clone().or_else(|| cancel.clone()).unwrap_or_default();
         // The message identity picks the shard, so every event of one message meets its claim.
         let shard_key = claim.as_deref().or(cancel.as_deref()).unwrap_or(&d.receipt);
         let shard = outbox::shard_of(shard_key, self.config.redis.shards);
@@ -193,23 +211,23 @@ impl Ingress {
         };
         match recorded {
             Recorded::Duplicate(original) => {
-                info!(app = %app.name, kind, receipt = %d.receipt, delivery = %original, "duplicate absorbed");
+                audit.delivery = original;
                 Answer::empty(200, kind, "duplicate")
             }
             Recorded::DuplicateMessage(original) => {
-                info!(app = %app.name, kind, receipt = %d.receipt, delivery = %original, "another event of a claimed message absorbed");
+                audit.delivery = original;
                 Answer::empty(200, kind, "duplicate_message")
             }
             Recorded::New { cancelled } => {
                 if cancelled {
                     METRICS.cancelled.with_label_values(&[&app.name]).inc();
                     METRICS.deliveries.with_label_values(&[&app.name, "cancelled"]).inc();
-                    info!(app = %app.name, "message deleted: its waiting delivery was cancelled");
+                    audit.reason = "cancelled the deleted message's delivery".into();
                 }
                 if ignored.is_some() {
                     return Answer::empty(200, kind, "ignored");
                 }
-                info!(app = %app.name, kind, detail = %d.detail, receipt = %d.receipt, delivery = %id, "accepted");
+                audit.delivery.clone_from(&id);
                 let Some(budget) = inline else { return Answer::empty(200, kind, "accepted") };
                 let job = inline::InlineJob {
                     app: app.clone(),
@@ -294,7 +312,7 @@ impl ProxyHttp for Ingress {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
-        Ctx { app: None }
+        Ctx { app: None, audit: Audit::default() }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
@@ -307,16 +325,34 @@ impl ProxyHttp for Ingress {
             }
             Some((i, RouteKind::Slack)) => {
                 let app = &self.config.apps[i];
-                (app.name.as_str(), self.answer(session, app).await)
+                (app.name.as_str(), self.answer(session, app, &mut ctx.audit).await)
             }
             None => ("", Answer::text(404, "unknown", "not_found", "not found\n")),
         };
-        respond(session, &answer).await?;
+        let written = respond(session, &answer).await;
+        let elapsed = started.elapsed();
         if !app.is_empty() {
             METRICS.requests.with_label_values(&[app, answer.kind, answer.outcome]).inc();
-            METRICS.ack_seconds.with_label_values(&[app]).observe(started.elapsed().as_secs_f64());
+            METRICS.ack_seconds.with_label_values(&[app]).observe(elapsed.as_secs_f64());
         }
-        Ok(true)
+        let a = &ctx.audit;
+        info!(
+            target: "slackgate::audit",
+            app,
+            kind = answer.kind,
+            detail = %a.detail,
+            outcome = answer.outcome,
+            status = answer.status,
+            receipt = %a.receipt,
+            message_key = %a.message_key,
+            delivery = %a.delivery,
+            retry_num = %a.retry_num,
+            retry_reason = %a.retry_reason,
+            reason = %a.reason,
+            ack_ms = elapsed.as_secs_f64() * 1000.0,
+            "ingress"
+        );
+        written.map(|_| true)
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {

@@ -128,3 +128,51 @@ async fn the_admin_api_wants_its_token_except_for_probes() {
     assert!(status == 200 && body.contains("slackgate_requests_total"), "{body}");
     assert!(!body.contains(SECRET) && !body.contains(TOKEN));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_have_one_audit_line_per_decision_and_never_a_secret_or_a_body() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("audit"), &bot.url());
+    let gw = Gateway::start_with_env(&cfg, &[("SLACKGATE_LOG_FORMAT", "json")]).await;
+    let body = serde_json::json!({
+        "type": "event_callback", "event_id": "EvAudit1", "team_id": "T1",
+        "event": {"type": "app_mention", "user": "U1", "text": "BODY-MARKER-7f3a", "channel": "C1", "ts": "1.1"}
+    })
+    .to_string()
+    .into_bytes();
+    let signed = Req::signed("/slack/events", body.clone(), SECRET);
+    let signature = signed.headers[1].1.clone();
+    assert_eq!(send(gw.port, signed).await.0, 200);
+    let retry = Req::signed("/slack/events", body.clone(), SECRET)
+        .header("X-Slack-Retry-Num", "1")
+        .header("X-Slack-Retry-Reason", "http_timeout");
+    assert_eq!(send(gw.port, retry).await.0, 200);
+    assert_eq!(send(gw.port, Req::signed("/slack/events", body, "not-the-secret")).await.0, 401);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let log = gw.log();
+    for secret in [SECRET, "BODY-MARKER-7f3a", signature.as_str(), "not-the-secret"] {
+        assert!(!log.contains(secret), "`{secret}` leaked into the logs");
+    }
+    let lines: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(!lines.is_empty(), "--log-format json writes JSON lines:\n{log}");
+    let audit = |msg: &str| -> Vec<&serde_json::Value> {
+        lines.iter().filter(|l| l["target"] == "slackgate::audit" && l["fields"]["message"] == msg).collect()
+    };
+    let ingress = audit("ingress");
+    assert_eq!(ingress.len(), 3, "one line per decision: {ingress:?}");
+    let f = |i: usize| &ingress[i]["fields"];
+    assert_eq!((f(0)["outcome"].as_str(), f(0)["receipt"].as_str()), (Some("accepted"), Some("e:EvAudit1")));
+    assert!(f(0)["ack_ms"].as_f64().is_some() && !f(0)["delivery"].as_str().unwrap().is_empty());
+    assert_eq!(
+        (f(1)["outcome"].as_str(), f(1)["retry_num"].as_str(), f(1)["retry_reason"].as_str()),
+        (Some("duplicate"), Some("1"), Some("http_timeout"))
+    );
+    assert_eq!((f(2)["outcome"].as_str(), f(2)["status"].as_u64()), (Some("unauthorized"), Some(401)));
+    let attempts = audit("attempt");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0]["fields"]["status"], 200);
+    assert_eq!(attempts[0]["span"]["delivery"], f(0)["delivery"]);
+}
