@@ -124,7 +124,8 @@ pub fn names() -> Vec<String> {
         &m.outbox_dead,
         &m.outbox_oldest_age_seconds,
     ];
-    let mut names: Vec<String> = collectors.iter().flat_map(|c| c.desc()).map(|d| d.fq_name.clone()).collect();
+    let mut names: Vec<String> =
+        collectors.iter().flat_map(|c| c.desc()).map(|d| format!("slackgate_{}", d.fq_name)).collect();
     names.sort();
     names.dedup();
     names
