@@ -18,17 +18,23 @@ pub enum EmbeddedError {
 }
 
 pub struct EmbeddedRedis {
-    child: Child,
+    /// `None` when adopted from the process this one took over from (`run --upgrade`).
+    child: Option<Child>,
     socket: PathBuf,
 }
 
 impl EmbeddedRedis {
-    pub fn start(data_dir: &Path) -> Result<Self, EmbeddedError> {
+    /// Start the private server. With `adopt` (a zero-downtime upgrade) a server that is
+    /// already running under `data_dir` is taken over instead: the old process leaves it up.
+    pub fn start(data_dir: &Path, adopt: bool) -> Result<Self, EmbeddedError> {
         std::fs::create_dir_all(data_dir).map_err(|e| EmbeddedError::DataDir(data_dir.into(), e))?;
         let dir = data_dir.canonicalize().map_err(|e| EmbeddedError::DataDir(data_dir.into(), e))?;
         let socket = dir.join("redis.sock");
-        // A server left behind by a gateway that was killed still owns the AOF: stop it first.
         if ping(&socket) {
+            if adopt {
+                return Ok(EmbeddedRedis { child: None, socket });
+            }
+            // A server left behind by a gateway that was killed still owns the AOF: stop it.
             shutdown(&socket);
         }
         let child = Command::new("redis-server")
@@ -43,34 +49,40 @@ impl EmbeddedRedis {
             .stdout(Stdio::null())
             .spawn()
             .map_err(EmbeddedError::Spawn)?;
-        let mut me = EmbeddedRedis { child, socket };
+        let mut child = child;
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !ping(&me.socket) {
-            if Instant::now() > deadline || matches!(me.child.try_wait(), Ok(Some(_))) {
-                let _ = me.child.kill();
+        while !ping(&socket) {
+            if Instant::now() > deadline || matches!(child.try_wait(), Ok(Some(_))) {
+                let _ = child.kill();
                 return Err(EmbeddedError::NotReady(dir.join("redis.log")));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(me)
+        Ok(EmbeddedRedis { child: Some(child), socket })
     }
 
     pub fn url(&self) -> String {
         format!("redis+unix://{}", self.socket.display())
     }
 
-    /// Flush and stop the child; kill it if it does not go within 5 s.
+    /// Flush and stop the server; kill it if it does not go within 5 s.
     pub fn stop(mut self) {
         shutdown(&self.socket);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            let gone = match self.child.as_mut() {
+                Some(c) => matches!(c.try_wait(), Ok(Some(_))),
+                None => !ping(&self.socket),
+            };
+            if gone {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

@@ -19,6 +19,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod delivery;
+pub mod drain;
 pub mod embedded;
 pub mod ingress;
 pub mod metrics;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use pingora::server::configuration::ServerConf;
-use pingora::server::{RunArgs, Server};
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, UnixShutdownSignalWatch};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::admin::Admin;
 use crate::config::{Config, Overrides, RedisTarget};
@@ -65,6 +66,10 @@ struct RunOpts {
     /// Where the embedded Redis keeps its data.
     #[arg(long, env = "SLACKGATE_DATA_DIR", default_value = "data")]
     data_dir: PathBuf,
+    /// Take over the listening sockets (and the embedded Redis) of a running gateway with the
+    /// same --data-dir, which is then sent SIGQUIT: a restart that refuses no connection.
+    #[arg(long)]
+    upgrade: bool,
     /// Log lines as `pretty` text or `json` objects.
     #[arg(long, env = "SLACKGATE_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
     log_format: String,
@@ -120,7 +125,7 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
     let overrides = Overrides { listen: opts.listen, admin_listen: opts.admin_listen, redis_url: opts.redis_url };
     let config = Arc::new(Config::from_file(&opts.config.config, &overrides)?);
     let embedded = match &config.redis.target {
-        RedisTarget::Embedded => Some(EmbeddedRedis::start(&opts.data_dir).context("embedded Redis")?),
+        RedisTarget::Embedded => Some(EmbeddedRedis::start(&opts.data_dir, opts.upgrade).context("embedded Redis")?),
         RedisTarget::Url(_) => None,
     };
     let redis_url = match (&embedded, &config.redis.target) {
@@ -130,13 +135,18 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
     };
     tracing::info!(config = %opts.config.config.display(), apps = config.apps.len(), listen = %config.server.listen, "starting");
 
+    std::fs::create_dir_all(&opts.data_dir).with_context(|| format!("data dir {}", opts.data_dir.display()))?;
+    let upgrade_sock = opts.data_dir.canonicalize()?.join("upgrade.sock").display().to_string();
     let conf = ServerConf {
         threads: config.server.threads,
+        upgrade_sock,
         grace_period_seconds: Some(0),
-        graceful_shutdown_timeout_seconds: Some(config.server.shutdown_grace.as_secs().max(1)),
+        // Draining happens before Pingora hears of the signal (see `drain`).
+        graceful_shutdown_timeout_seconds: Some(1),
         ..ServerConf::default()
     };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
+    let opt = pingora::server::configuration::Opt { upgrade: opts.upgrade, ..Default::default() };
+    let mut server = Server::new_with_opt_and_conf(Some(opt), conf);
     server.bootstrap();
 
     let mut ingress =
@@ -149,9 +159,40 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
         admin.add_tcp(addr);
         server.add_service(admin);
     }
-    server.run(RunArgs::default());
-    if let Some(e) = embedded {
-        e.stop();
+    let handed_over = Arc::new(AtomicBool::new(false));
+    server.run(RunArgs {
+        shutdown_signal: Box::new(Signals { handed_over: handed_over.clone(), grace: config.server.shutdown_grace }),
+    });
+    match embedded {
+        // The successor adopted the embedded Redis: leave it running.
+        Some(_) if handed_over.load(Ordering::Relaxed) => {}
+        Some(e) => e.stop(),
+        None => {}
     }
     Ok(())
+}
+
+/// Pingora's Unix signals (SIGTERM graceful, SIGINT at once, SIGQUIT hand the sockets to a
+/// successor started with `--upgrade`), remembering a hand-over.
+struct Signals {
+    handed_over: Arc<AtomicBool>,
+    grace: std::time::Duration,
+}
+
+#[async_trait::async_trait]
+impl ShutdownSignalWatch for Signals {
+    async fn recv(&self) -> ShutdownSignal {
+        let signal = UnixShutdownSignalWatch.recv().await;
+        match signal {
+            ShutdownSignal::GracefulUpgrade => self.handed_over.store(true, Ordering::Relaxed),
+            ShutdownSignal::GracefulTerminate => {
+                tracing::info!(grace = ?self.grace, "SIGTERM: draining");
+                if !crate::drain::drain(self.grace).await {
+                    tracing::warn!("grace period over with work in flight; leases and Slack's retries cover it");
+                }
+            }
+            ShutdownSignal::FastShutdown => {}
+        }
+        signal
+    }
 }

@@ -123,7 +123,8 @@ async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) 
     let mut pause = Duration::from_millis(100);
     // The group is created once, and again after an error (a Redis that lost its data).
     let mut group_ready = false;
-    while !*stop.borrow() {
+    let _running = crate::drain::READERS.enter();
+    while !*stop.borrow() && !crate::drain::draining() {
         let first = tokio::select! {
             p = s.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
             _ = stop.changed() => break,
@@ -194,7 +195,7 @@ async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>) {
             METRICS.store_errors.with_label_values(&[&s.app.name, "promote"]).inc();
             debug!(app = %s.app.name, error = %e, "promote failed");
         }
-        if last_reclaim.elapsed() < reclaim_every {
+        if last_reclaim.elapsed() < reclaim_every || crate::drain::draining() {
             continue;
         }
         last_reclaim = tokio::time::Instant::now();
@@ -223,11 +224,12 @@ async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut first: Option<to
             None => s.permits.clone().acquire_owned().await.expect("semaphore is never closed"),
         };
         let s = s.clone();
+        let in_flight = crate::drain::ATTEMPTS.enter();
         let span = info_span!("delivery", app = %s.app.name, delivery = %lease.delivery, token = lease.token);
         tokio::spawn(
             async move {
                 attempt(&s, lease).await;
-                drop(permit);
+                drop((permit, in_flight));
             }
             .instrument(span),
         );

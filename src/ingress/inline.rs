@@ -47,7 +47,14 @@ pub async fn run(job: InlineJob, budget: Duration) -> Answer {
     let kind = job.kind.as_str();
     let span = info_span!("inline", app = %job.app.name, delivery = %job.id, detail = %job.detail);
     let (tx, mut rx) = oneshot::channel();
-    tokio::spawn(attempt(job, tx).instrument(span));
+    let in_flight = crate::drain::ATTEMPTS.enter();
+    tokio::spawn(
+        async move {
+            attempt(job, tx).await;
+            drop(in_flight);
+        }
+        .instrument(span),
+    );
     let answer = match tokio::time::timeout(budget, &mut rx).await {
         Ok(reply) => reply.ok().flatten(),
         Err(_) => {

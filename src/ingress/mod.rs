@@ -317,6 +317,7 @@ impl ProxyHttp for Ingress {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let started = Instant::now();
+        let _in_flight = crate::drain::REQUESTS.enter();
         let route = self.routes.get(session.req_header().uri.path()).copied();
         let (app, answer) = match route {
             Some((i, RouteKind::Passthrough)) => {

@@ -10,6 +10,7 @@ mod dedupe;
 mod delivery;
 mod fence;
 mod interactive;
+mod lifecycle;
 mod messages;
 mod operate;
 mod store_outage;

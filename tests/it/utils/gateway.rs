@@ -101,20 +101,7 @@ impl Gateway {
 
     async fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_slackgate"))
-            .arg("run")
-            .arg("--config")
-            .arg(&self.config_path)
-            .env("SG_TEST_SECRET", super::SECRET)
-            .env("SG_OTHER_SECRET", "the-other-apps-secret")
-            .env("RUST_LOG", "info")
-            .env_remove("SLACKGATE_REDIS_URL")
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = self.command(&[]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(15);
         while tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_err() {
@@ -124,6 +111,41 @@ impl Gateway {
             assert!(Instant::now() < deadline, "gateway did not listen:\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// `slackgate run` for this gateway's config and data dir, plus `extra` arguments.
+    pub fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_slackgate"));
+        c.arg("run")
+            .arg("--config")
+            .arg(&self.config_path)
+            .arg("--data-dir")
+            .arg(self._dir.path().join("data"))
+            .args(extra)
+            .env("SG_TEST_SECRET", super::SECRET)
+            .env("SG_OTHER_SECRET", "the-other-apps-secret")
+            .env("RUST_LOG", "info")
+            .env_remove("SLACKGATE_REDIS_URL")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// The process id of the running gateway.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Wait for the gateway process to exit by itself.
+    pub async fn wait_exit(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
     }
 
     /// `kill -9`: no shutdown code runs.

@@ -87,6 +87,11 @@ impl Req {
 
 /// Send one request; returns status and body.
 pub async fn send(port: u16, req: Req) -> (u16, Bytes) {
+    try_send(port, req).await.expect("gateway answered within 10s")
+}
+
+/// Send one request on a new connection; a refused or broken connection is an `Err`.
+pub async fn try_send(port: u16, req: Req) -> Result<(u16, Bytes), String> {
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut b = hyper::Request::builder()
@@ -99,11 +104,11 @@ pub async fn send(port: u16, req: Req) -> (u16, Bytes) {
     let request = b.body(Full::new(Bytes::from(req.body))).unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(10), client.request(request))
         .await
-        .expect("gateway answered within 10s")
-        .expect("request sent");
+        .map_err(|_| "no answer within 10s".to_string())?
+        .map_err(|e| format!("{e:?}"))?;
     let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, body)
+    let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((status, body))
 }
 
 /// Poll `check` every 50 ms until it holds or `limit` passes.
