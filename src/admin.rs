@@ -1,7 +1,8 @@
 //! The admin listener (loopback by default, never the Slack-facing port): `/metrics`,
 //! `/healthz` (the process is alive), `/readyz` (Redis answers and the workers run), `/stats`
-//! and the dead-letter API. With `[server] admin_token` set, everything but the two probes wants
-//! `Authorization: Bearer <token>`.
+//! and the dead-letter API. With `[server] admin_token` set, `/stats` and the dead-letter API
+//! want `Authorization: Bearer <token>`; the probes and `/metrics` (which carries no secret and
+//! is scraped without credentials by default) stay open.
 //!
 //! ```text
 //! GET    /dlq?app=A&limit=N          list          GET  /dlq/A/ID          show
@@ -130,6 +131,7 @@ impl ServeHttp for Admin {
         let query = head.uri.query().unwrap_or_default().to_string();
         match path.as_str() {
             "/healthz" => return text(StatusCode::OK, "ok"),
+            "/metrics" => return reply(StatusCode::OK, "text/plain; version=0.0.4", crate::metrics::render()),
             "/readyz" => {
                 return match self.ready().await {
                     Ok(()) => text(StatusCode::OK, "ready"),
@@ -141,9 +143,6 @@ impl ServeHttp for Admin {
         if !self.authorized(session) {
             return text(StatusCode::UNAUTHORIZED, "admin token required");
         }
-        match path.as_str() {
-            "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", crate::metrics::render()),
-            _ => self.api(&method, &path, &query).await,
-        }
+        self.api(&method, &path, &query).await
     }
 }
