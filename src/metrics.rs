@@ -75,7 +75,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         delivered_lag_seconds: histogram!("delivered_lag_seconds", "Receipt to the bot's 2xx", slow),
         upstream_responses: counter!("upstream_responses_total", "Bot answers by status class", &["app", "status_class"]),
         fence_rejections: counter!("fence_rejections_total", "Completions refused by the lease fence", &["app"]),
-        store_errors: counter!("store_errors_total", "Redis errors by operation", &["app", "op"]),
+        store_errors: counter!("store_errors_total", "Redis errors by the operation that failed", &["app", "reason"]),
         ignored: counter!("ignored_total", "Deliveries acked and not forwarded, by filter", &["app", "reason"]),
         cancelled: counter!("cancelled_total", "Waiting deliveries cancelled by message_deleted", &["app"]),
         inline: counter!("inline_total", "Inline pass-through outcomes", &["app", "kind", "outcome"]),
