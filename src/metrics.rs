@@ -73,7 +73,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         deliveries: counter!("deliveries_total", "Delivery attempt outcomes", &["app", "outcome"]),
         attempt_seconds: histogram!("attempt_seconds", "Duration of one attempt toward the bot", slow.clone()),
         delivered_lag_seconds: histogram!("delivered_lag_seconds", "Receipt to the bot's 2xx", slow),
-        upstream_responses: counter!("upstream_responses_total", "Bot answers by status class", &["app", "status_class"]),
+        upstream_responses: counter!(
+            "upstream_responses_total",
+            "Bot answers by status class",
+            &["app", "status_class"]
+        ),
         fence_rejections: counter!("fence_rejections_total", "Completions refused by the lease fence", &["app"]),
         store_errors: counter!("store_errors_total", "Redis errors by the operation that failed", &["app", "reason"]),
         ignored: counter!("ignored_total", "Deliveries acked and not forwarded, by filter", &["app", "reason"]),

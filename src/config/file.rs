@@ -13,6 +13,9 @@ pub struct FileConfig {
     pub redis: RedisSection,
     #[serde(default, rename = "app")]
     pub apps: Vec<AppSection>,
+    /// Files of one app each (`apps.d/*.toml`), relative to this file.
+    #[serde(default)]
+    pub include: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

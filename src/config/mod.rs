@@ -80,6 +80,9 @@ pub struct RedisConfig {
 #[derive(Debug, Clone)]
 pub struct AppConfig {
     pub name: String,
+    /// The file that defines it, and how errors name it there (`app[0]`, or the file itself).
+    pub source: String,
+    pub label: String,
     pub secrets: Vec<Secret>,
     pub upstream: Upstream,
     pub events_path: String,
@@ -136,13 +139,21 @@ impl Config {
         let raw: FileConfig = toml::from_str(text).map_err(|e| v.err("(toml)", e.to_string()))?;
         let server = v.server(&raw, ov)?;
         let redis = v.redis(&raw, ov)?;
-        if raw.apps.is_empty() {
-            return Err(v.err("app", "at least one [[app]] section is required"));
+        let mut apps = Vec::new();
+        for (i, a) in raw.apps.iter().enumerate() {
+            apps.push(Arc::new(v.app(&format!("app[{i}]."), a)?));
         }
-        let apps =
-            raw.apps.iter().enumerate().map(|(i, a)| v.app(i, a).map(Arc::new)).collect::<Result<Vec<_>, _>>()?;
+        for (i, pattern) in raw.include.iter().enumerate() {
+            let files = v.glob(pattern).map_err(|m| v.err(&format!("include[{i}]"), m))?;
+            for file in files {
+                apps.push(Arc::new(include_app(&file)?));
+            }
+        }
+        if apps.is_empty() {
+            return Err(v.err("app", "at least one [[app]] section (or an included app file) is required"));
+        }
         let config = Config { source: path.to_path_buf(), server, redis, apps };
-        config.check_routes(&v)?;
+        config.check_routes()?;
         Ok(config)
     }
 
@@ -160,12 +171,25 @@ impl Config {
         routes
     }
 
-    fn check_routes(&self, v: &Validator) -> Result<(), ConfigError> {
-        let mut owner: HashMap<&str, (usize, &str)> = HashMap::new();
-        let mut names: HashMap<&str, usize> = HashMap::new();
-        for (i, app) in self.apps.iter().enumerate() {
-            if let Some(j) = names.insert(&app.name, i) {
-                return Err(v.err(&format!("app[{i}].name"), format!("`{}` is also app[{j}]'s name", app.name)));
+    /// Two apps may not share a name or a path; the error names both files when they differ.
+    fn check_routes(&self) -> Result<(), ConfigError> {
+        let clash = |a: &AppConfig, b: &AppConfig, key: &str, message: String| {
+            let file = if a.source == b.source { a.source.clone() } else { format!("{} and {}", b.source, a.source) };
+            let key = match (a.label.is_empty(), key.is_empty()) {
+                (true, true) => "paths".to_string(),
+                (true, false) => key.to_string(),
+                (false, true) => a.label.clone(),
+                (false, false) => format!("{}.{key}", a.label),
+            };
+            ConfigError { file, key, message }
+        };
+        let name_of = |b: &AppConfig| if b.label.is_empty() { b.source.clone() } else { b.label.clone() };
+        let mut owner: HashMap<&str, (&AppConfig, &str)> = HashMap::new();
+        let mut names: HashMap<&str, &AppConfig> = HashMap::new();
+        for app in &self.apps {
+            if let Some(other) = names.insert(&app.name, app) {
+                let msg = format!("`{}` is also the name of {}", app.name, name_of(other));
+                return Err(clash(app, other, "name", msg));
             }
             let slack = [&app.events_path, &app.commands_path, &app.interactivity_path];
             let paths = slack
@@ -174,13 +198,12 @@ impl Config {
                 .chain(app.passthrough.iter().map(|p| (p.as_str(), "passthrough")));
             for (p, role) in paths {
                 match owner.get(p) {
-                    Some(&(j, r)) if j != i || r != role => {
-                        return Err(
-                            v.err(&format!("app[{i}]"), format!("path `{p}` is already used by app[{j}] ({r})"))
-                        );
+                    Some(&(other, r)) if !std::ptr::eq(other, &**app) || r != role => {
+                        let msg = format!("path `{p}` is already used by {} ({r})", name_of(other));
+                        return Err(clash(app, other, "", msg));
                     }
                     _ => {
-                        owner.insert(p, (i, role));
+                        owner.insert(p, (app, role));
                     }
                 }
             }
@@ -189,12 +212,43 @@ impl Config {
     }
 }
 
+/// One included app file: the keys of one `[[app]]`, at the top level.
+fn include_app(path: &Path) -> Result<AppConfig, ConfigError> {
+    let v = Validator { file: path.display().to_string(), base: path.parent() };
+    let text = std::fs::read_to_string(path).map_err(|e| v.err("(file)", format!("cannot read: {e}")))?;
+    let raw: AppSection = toml::from_str(&text).map_err(|e| v.err("(toml)", e.to_string()))?;
+    v.app("", &raw)
+}
+
 struct Validator<'a> {
     file: String,
     base: Option<&'a Path>,
 }
 
 impl Validator<'_> {
+    /// The files an `include` pattern names, sorted; `*` and `?` in the file name only.
+    fn glob(&self, pattern: &str) -> Result<Vec<PathBuf>, String> {
+        let full = match self.base {
+            Some(b) => b.join(pattern),
+            None => PathBuf::from(pattern),
+        };
+        let dir = full.parent().ok_or("no directory")?.to_path_buf();
+        let name = full.file_name().and_then(|n| n.to_str()).ok_or("no file name")?.to_string();
+        if dir.to_string_lossy().contains(['*', '?']) {
+            return Err(format!("`{pattern}`: wildcards only in the file name"));
+        }
+        if !name.contains(['*', '?']) {
+            return Ok(vec![full]);
+        }
+        let entries = std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| wildcard(&name, n)))
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
     fn err(&self, key: &str, message: impl Into<String>) -> ConfigError {
         ConfigError { file: self.file.clone(), key: key.into(), message: message.into() }
     }
@@ -290,13 +344,14 @@ impl Validator<'_> {
         Ok(RedisConfig { target, key_prefix, shards })
     }
 
-    fn app(&self, i: usize, a: &AppSection) -> Result<AppConfig, ConfigError> {
-        let key = |k: &str| format!("app[{i}].{k}");
+    /// One app; `prefix` is `app[i].` in the main file and empty in an included file.
+    fn app(&self, prefix: &str, a: &AppSection) -> Result<AppConfig, ConfigError> {
+        let key = |k: &str| format!("{prefix}{k}");
         let name = a.name.clone().ok_or_else(|| self.err(&key("name"), "is required"))?;
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
             return Err(self.err(&key("name"), "use letters, digits, '-' and '_' only"));
         }
-        let secrets = self.secrets(i, a)?;
+        let secrets = self.secrets(prefix, a)?;
         let upstream_text = a.upstream.as_deref().ok_or_else(|| self.err(&key("upstream"), "is required"))?;
         let upstream = parse_upstream(upstream_text).map_err(|m| self.err(&key("upstream"), m))?;
         let path = |k: &str, v: &Option<String>| -> Result<String, ConfigError> {
@@ -316,7 +371,7 @@ impl Validator<'_> {
                 self.err(&key("dedupe.ttl"), "must be at least 1m (Slack retries for up to 24h with Delayed Events)")
             );
         }
-        let delivery = self.delivery(i, a)?;
+        let delivery = self.delivery(prefix, a)?;
         let edits_mention_added = match a.dedupe.edits.as_deref() {
             None | Some("all") => false,
             Some("mention-added") => true,
@@ -338,6 +393,8 @@ impl Validator<'_> {
         let inline_interactivity = self.inline(&key("inline.interactivity"), &a.inline.interactivity, &delivery)?;
         Ok(AppConfig {
             name,
+            source: self.file.clone(),
+            label: prefix.trim_end_matches('.').to_string(),
             secrets,
             upstream,
             events_path,
@@ -371,8 +428,8 @@ impl Validator<'_> {
         Ok(Some(budget))
     }
 
-    fn secrets(&self, i: usize, a: &AppSection) -> Result<Vec<Secret>, ConfigError> {
-        let key = |k: &str| format!("app[{i}].{k}");
+    fn secrets(&self, prefix: &str, a: &AppSection) -> Result<Vec<Secret>, ConfigError> {
+        let key = |k: &str| format!("{prefix}{k}");
         let values: Vec<String> = match (&a.signing_secret, &a.signing_secret_file) {
             (Some(_), Some(_)) => {
                 return Err(self.err(&key("signing_secret"), "set signing_secret or signing_secret_file, not both"));
@@ -408,9 +465,9 @@ impl Validator<'_> {
         Ok(secrets)
     }
 
-    fn delivery(&self, i: usize, a: &AppSection) -> Result<DeliveryConfig, ConfigError> {
+    fn delivery(&self, prefix: &str, a: &AppSection) -> Result<DeliveryConfig, ConfigError> {
         let d = &a.delivery;
-        let key = |k: &str| format!("app[{i}].delivery.{k}");
+        let key = |k: &str| format!("{prefix}delivery.{k}");
         let timeout = self.duration(&key("timeout"), &d.timeout, Duration::from_secs(10))?;
         let retry_initial = self.duration(&key("retry_initial"), &d.retry_initial, Duration::from_secs(1))?;
         let retry_max = self.duration(&key("retry_max"), &d.retry_max, Duration::from_secs(300))?;
@@ -435,3 +492,26 @@ impl Validator<'_> {
 
 #[cfg(test)]
 mod tests;
+
+/// `*` matches any run of characters, `?` one character.
+fn wildcard(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(sp) = star {
+            pi = sp + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}

@@ -80,3 +80,43 @@ async fn run_with_no_redis_url_starts_and_stops_its_own_redis() {
     let gone = eventually(Duration::from_secs(5), || std::os::unix::net::UnixStream::connect(&socket).is_err()).await;
     assert!(gone, "the embedded redis-server stopped with the gateway");
 }
+
+#[test]
+fn apps_can_live_in_included_files_and_clashes_name_both_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let apps = dir.path().join("apps.d");
+    std::fs::create_dir(&apps).unwrap();
+    let main = dir.path().join("gateway.toml");
+    std::fs::write(&main, "include = [\"apps.d/*.toml\"]\n[redis]\nurl = \"redis://127.0.0.1:6379/\"\n").unwrap();
+    let app = |name: &str, path: &str| {
+        format!("name = \"{name}\"\nsigning_secret = \"${{HOME}}\"\nupstream = \"http://127.0.0.1:8000\"\nevents_path = \"{path}\"\ncommands_path = \"{path}\"\ninteractivity_path = \"{path}\"\n")
+    };
+    std::fs::write(apps.join("helpdesk.toml"), app("helpdesk", "/helpdesk/events")).unwrap();
+    std::fs::write(apps.join("ops.toml"), app("ops", "/ops/events")).unwrap();
+    std::fs::write(apps.join("README.md"), "not an app").unwrap();
+    let check = || slackgate().args(["check", "--config"]).arg(&main).output().unwrap();
+    let out = check();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("app helpdesk") && stdout.contains("app ops") && stdout.contains("/ops/events"),
+        "{stdout}"
+    );
+
+    std::fs::write(apps.join("ops.toml"), app("helpdesk", "/ops/events")).unwrap();
+    let out = check();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("helpdesk.toml") && stderr.contains("ops.toml"), "names both files: {stderr}");
+
+    std::fs::write(apps.join("ops.toml"), app("ops", "/helpdesk/events")).unwrap();
+    let stderr = String::from_utf8_lossy(&check().stderr).into_owned();
+    assert!(
+        stderr.contains("helpdesk.toml") && stderr.contains("ops.toml") && stderr.contains("/helpdesk/events"),
+        "{stderr}"
+    );
+
+    std::fs::write(apps.join("ops.toml"), app("ops", "/ops/events") + "colour = \"blue\"\n").unwrap();
+    let stderr = String::from_utf8_lossy(&check().stderr).into_owned();
+    assert!(stderr.contains("ops.toml") && stderr.contains("unknown field `colour`"), "{stderr}");
+}
