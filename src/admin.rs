@@ -20,36 +20,40 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use subtle::ConstantTimeEq;
 
-use crate::config::Config;
 use crate::delivery::WORKERS_RUNNING;
+use crate::live::Live;
 use crate::ops::{Ops, OpsError};
 use crate::outbox::{self, Store};
 
 pub struct Admin {
-    config: Arc<Config>,
+    live: Arc<Live>,
     redis_url: String,
     /// Created on first use, on the admin service's runtime.
-    ops: OnceLock<(Store, Ops)>,
+    store: OnceLock<Store>,
 }
 
 type Reply = Response<Vec<u8>>;
 
 impl Admin {
-    pub fn new(config: Arc<Config>, redis_url: String) -> Self {
-        Admin { config, redis_url, ops: OnceLock::new() }
+    pub fn new(live: Arc<Live>, redis_url: String) -> Self {
+        Admin { live, redis_url, store: OnceLock::new() }
     }
 
-    fn ops(&self) -> Result<&(Store, Ops), String> {
-        if let Some(o) = self.ops.get() {
-            return Ok(o);
+    fn store(&self) -> Result<&Store, String> {
+        if let Some(s) = self.store.get() {
+            return Ok(s);
         }
         let conn = outbox::connect_lazy(&self.redis_url, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-        let store = Store::new(conn);
-        Ok(self.ops.get_or_init(|| (store.clone(), Ops::new(self.config.clone(), store))))
+        Ok(self.store.get_or_init(|| Store::new(conn)))
+    }
+
+    /// Operator actions over the apps of the running config.
+    fn ops(&self) -> Result<Ops, String> {
+        Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone()))
     }
 
     async fn ready(&self) -> Result<(), String> {
-        let (store, _) = self.ops()?;
+        let store = self.store()?;
         match tokio::time::timeout(Duration::from_secs(1), store.ping()).await {
             Ok(Ok(())) if WORKERS_RUNNING.load(Ordering::Relaxed) => Ok(()),
             Ok(Ok(())) => Err("delivery workers are not running".into()),
@@ -59,7 +63,8 @@ impl Admin {
     }
 
     fn authorized(&self, session: &ServerSession) -> bool {
-        let Some(token) = &self.config.server.admin_token else { return true };
+        let config = self.live.get().config.clone();
+        let Some(token) = &config.server.admin_token else { return true };
         let header = session.req_header().headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
         let given = header.and_then(|h| h.strip_prefix(b"Bearer ")).unwrap_or_default();
         bool::from(given.ct_eq(token.expose()))
@@ -67,7 +72,7 @@ impl Admin {
 
     async fn api(&self, method: &Method, path: &str, query: &str) -> Reply {
         let ops = match self.ops() {
-            Ok((_, ops)) => ops,
+            Ok(ops) => ops,
             Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, &e),
         };
         let param =

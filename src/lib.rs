@@ -12,6 +12,7 @@
 //! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot.
 //! - [`admin`], [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`ops`]: operator actions for the CLI and the admin API (stats, dead letters).
+//! - [`live`]: the running config, reloaded on SIGHUP.
 //! - [`embedded`]: the private `redis-server` for laptops.
 #![forbid(unsafe_code)]
 
@@ -22,6 +23,7 @@ pub mod delivery;
 pub mod drain;
 pub mod embedded;
 pub mod ingress;
+pub mod live;
 pub mod metrics;
 pub mod ops;
 pub mod outbox;

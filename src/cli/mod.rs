@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use pingora::server::configuration::ServerConf;
-use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, UnixShutdownSignalWatch};
+use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,8 +16,10 @@ use crate::config::{Config, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
 use crate::embedded::EmbeddedRedis;
 use crate::ingress::Ingress;
+use crate::live::Live;
 
 mod ops;
+mod signals;
 
 #[derive(Parser)]
 #[command(name = "slackgate", version, about = "Durable, deduplicating gateway in front of Slack bots")]
@@ -34,6 +36,12 @@ enum Command {
     Check(ConfigOpt),
     /// Per app: deliveries ready, in flight, scheduled, dead; oldest age; delivered last minute.
     Stats(ops::Target),
+    /// Re-read gateway.toml and its included app files in the running gateway (SIGHUP).
+    Reload {
+        /// The running gateway's data dir (its pid file is there).
+        #[arg(long, env = "SLACKGATE_DATA_DIR", default_value = "data")]
+        data_dir: PathBuf,
+    },
     /// The dead-letter stream: list, show, replay, purge.
     Dlq {
         #[command(subcommand)]
@@ -81,6 +89,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Check(opt) => check(&opt),
         Command::Run(opts) => run(opts),
         Command::Stats(target) => ops::stats(&target),
+        Command::Reload { data_dir } => reload(&data_dir),
         Command::Dlq { action, target } => ops::dlq(&target, action),
     }
 }
@@ -124,6 +133,7 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
     pingora::tls::install_default_crypto_provider();
     let overrides = Overrides { listen: opts.listen, admin_listen: opts.admin_listen, redis_url: opts.redis_url };
     let config = Arc::new(Config::from_file(&opts.config.config, &overrides)?);
+    let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides));
     let embedded = match &config.redis.target {
         RedisTarget::Embedded => Some(EmbeddedRedis::start(&opts.data_dir, opts.upgrade).context("embedded Redis")?),
         RedisTarget::Url(_) => None,
@@ -150,49 +160,51 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
     server.bootstrap();
 
     let mut ingress =
-        pingora::proxy::http_proxy_service(&server.configuration, Ingress::new(config.clone(), redis_url.clone()));
+        pingora::proxy::http_proxy_service(&server.configuration, Ingress::new(live.clone(), redis_url.clone()));
     ingress.add_tcp(&config.server.listen);
     server.add_service(ingress);
-    server.add_service(background_service("delivery", DeliveryService::new(config.clone(), redis_url.clone())));
+    server.add_service(background_service("delivery", DeliveryService::new(live.clone(), redis_url.clone())));
     if let Some(addr) = &config.server.admin_listen {
-        let mut admin = Service::new("admin".into(), Admin::new(config.clone(), redis_url.clone()));
+        let mut admin = Service::new("admin".into(), Admin::new(live.clone(), redis_url.clone()));
         admin.add_tcp(addr);
         server.add_service(admin);
     }
+    server.add_service(background_service("reload", signals::Reloader::new(live)));
+    let pid_file = opts.data_dir.join("slackgate.pid");
+    std::fs::write(&pid_file, std::process::id().to_string()).with_context(|| format!("{}", pid_file.display()))?;
     let handed_over = Arc::new(AtomicBool::new(false));
     server.run(RunArgs {
-        shutdown_signal: Box::new(Signals { handed_over: handed_over.clone(), grace: config.server.shutdown_grace }),
+        shutdown_signal: Box::new(signals::Signals {
+            handed_over: handed_over.clone(),
+            grace: config.server.shutdown_grace,
+        }),
     });
+    let handed_over = handed_over.load(Ordering::Relaxed);
+    if !handed_over {
+        // The successor of an upgrade owns the pid file (and the embedded Redis) now.
+        let _ = std::fs::remove_file(&pid_file);
+    }
     match embedded {
-        // The successor adopted the embedded Redis: leave it running.
-        Some(_) if handed_over.load(Ordering::Relaxed) => {}
+        Some(_) if handed_over => {}
         Some(e) => e.stop(),
         None => {}
     }
     Ok(())
 }
 
-/// Pingora's Unix signals (SIGTERM graceful, SIGINT at once, SIGQUIT hand the sockets to a
-/// successor started with `--upgrade`), remembering a hand-over.
-struct Signals {
-    handed_over: Arc<AtomicBool>,
-    grace: std::time::Duration,
-}
-
-#[async_trait::async_trait]
-impl ShutdownSignalWatch for Signals {
-    async fn recv(&self) -> ShutdownSignal {
-        let signal = UnixShutdownSignalWatch.recv().await;
-        match signal {
-            ShutdownSignal::GracefulUpgrade => self.handed_over.store(true, Ordering::Relaxed),
-            ShutdownSignal::GracefulTerminate => {
-                tracing::info!(grace = ?self.grace, "SIGTERM: draining");
-                if !crate::drain::drain(self.grace).await {
-                    tracing::warn!("grace period over with work in flight; leases and Slack's retries cover it");
-                }
-            }
-            ShutdownSignal::FastShutdown => {}
-        }
-        signal
-    }
+/// `slackgate reload`: SIGHUP to the gateway whose pid file is under `data_dir`.
+fn reload(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let pid_file = data_dir.join("slackgate.pid");
+    let pid = std::fs::read_to_string(&pid_file)
+        .with_context(|| format!("no running gateway: cannot read {}", pid_file.display()))?;
+    let pid = pid.trim();
+    anyhow::ensure!(
+        !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()),
+        "{} is not a pid file",
+        pid_file.display()
+    );
+    let status = std::process::Command::new("kill").args(["-HUP", pid]).status()?;
+    anyhow::ensure!(status.success(), "cannot signal process {pid}");
+    println!("sent SIGHUP to {pid}; the gateway's log says whether the new config was taken");
+    Ok(())
 }

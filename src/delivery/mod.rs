@@ -11,10 +11,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use std::sync::atomic::Ordering;
 use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::config::{AppConfig, Config};
+use crate::live::Live;
 use crate::metrics::{status_class, METRICS};
 use crate::outbox::{self, Finish, Lease, ShardKeys, Store};
 use crate::slack::{self, Kind};
@@ -37,16 +40,46 @@ pub fn now_ms() -> u64 {
 
 /// The background service that runs every app's workers in this process.
 pub struct DeliveryService {
-    config: Arc<Config>,
+    live: Arc<Live>,
     redis_url: String,
     consumer: String,
 }
 
 impl DeliveryService {
-    pub fn new(config: Arc<Config>, redis_url: String) -> Self {
+    pub fn new(live: Arc<Live>, redis_url: String) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let consumer = format!("{}-{}-{:08x}", host.trim(), std::process::id(), rand::random::<u32>());
-        DeliveryService { config, redis_url, consumer }
+        DeliveryService { live, redis_url, consumer }
+    }
+
+    /// Readers, maintainers and gauges for every app shard of one config generation.
+    fn spawn_workers(
+        &self,
+        config: &Config,
+        store: &Store,
+        client: &Arc<UpstreamClient>,
+        stop: watch::Receiver<bool>,
+    ) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        for app in &config.apps {
+            let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
+            let shards: Vec<ShardKeys> =
+                (0..config.redis.shards).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
+            for keys in &shards {
+                let s = Arc::new(Shard {
+                    app: app.clone(),
+                    keys: keys.clone(),
+                    store: store.clone(),
+                    client: client.clone(),
+                    permits: permits.clone(),
+                    consumer: self.consumer.clone(),
+                });
+                tasks.spawn(read_loop(s.clone(), self.redis_url.clone(), stop.clone()));
+                tasks.spawn(maintain_loop(s, stop.clone()));
+            }
+            tasks.spawn(gauge_loop(app.name.clone(), shards, store.clone(), stop.clone()));
+        }
+        tasks
     }
 }
 
@@ -68,48 +101,26 @@ impl BackgroundService for DeliveryService {
             Err(e) => return warn!(error = %e, "delivery workers cannot start"),
         };
         let client = Arc::new(UpstreamClient::new());
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let mut tasks = tokio::task::JoinSet::new();
-        let mut pools = Vec::new();
-        for app in &self.config.apps {
-            let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
-            pools.push((permits.clone(), app.delivery.max_in_flight));
-            for shard in 0..self.config.redis.shards {
-                let s = Arc::new(Shard {
-                    app: app.clone(),
-                    keys: ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard),
-                    store: store.clone(),
-                    client: client.clone(),
-                    permits: permits.clone(),
-                    consumer: self.consumer.clone(),
-                });
-                let url = self.redis_url.clone();
-                tasks.spawn(read_loop(s.clone(), url, stop_rx.clone()));
-                tasks.spawn(maintain_loop(s, stop_rx.clone()));
+        let mut generations = self.live.subscribe();
+        WORKERS_RUNNING.store(true, Ordering::Relaxed);
+        // One round per config generation: a reload stops the loops (attempts in flight go on
+        // with the config they started with) and starts them for the new apps.
+        loop {
+            let config = self.live.get().config.clone();
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let mut tasks = self.spawn_workers(&config, &store, &client, stop_rx);
+            info!(consumer = %self.consumer, apps = config.apps.len(), "delivery workers started");
+            let reloaded = tokio::select! {
+                _ = shutdown.changed() => false,
+                changed = generations.changed() => changed.is_ok(),
+            };
+            let _ = stop_tx.send(true);
+            while tasks.join_next().await.is_some() {}
+            if !reloaded {
+                break;
             }
         }
-        for app in &self.config.apps {
-            let keys =
-                (0..self.config.redis.shards).map(|i| ShardKeys::new(&self.config.redis.key_prefix, &app.name, i));
-            tasks.spawn(gauge_loop(app.name.clone(), keys.collect(), store.clone(), stop_rx.clone()));
-        }
-        info!(consumer = %self.consumer, "delivery workers started");
-        WORKERS_RUNNING.store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = shutdown.changed().await;
-        WORKERS_RUNNING.store(false, std::sync::atomic::Ordering::Relaxed);
-        let _ = stop_tx.send(true);
-        while tasks.join_next().await.is_some() {}
-        // In-flight attempts get the grace period; whatever is still running is abandoned and
-        // its entries are re-claimed by a live worker when their leases run out.
-        let grace = self.config.server.shutdown_grace;
-        let drained = tokio::time::timeout(grace, async {
-            for (permits, n) in &pools {
-                let _ = permits.acquire_many(*n as u32).await;
-            }
-        });
-        if drained.await.is_err() {
-            warn!("shutdown grace over with attempts in flight; their leases will expire");
-        }
+        WORKERS_RUNNING.store(false, Ordering::Relaxed);
         info!("delivery workers stopped");
     }
 }

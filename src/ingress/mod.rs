@@ -5,8 +5,8 @@
 
 mod inline;
 
+use crate::live::Live;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,8 +25,10 @@ use crate::slack::{self, Kind, Request};
 use crate::upstream::UpstreamClient;
 
 pub struct Ingress {
+    /// `[server]` and `[redis]`, which only change on restart.
     config: Arc<Config>,
-    routes: HashMap<String, (usize, RouteKind)>,
+    /// The apps and their routes, which a reload may replace.
+    live: Arc<Live>,
     redis_url: String,
     client: Arc<UpstreamClient>,
     /// Created on first use, on this service's runtime (see `outbox::connect_lazy`).
@@ -35,7 +37,7 @@ pub struct Ingress {
 
 /// Per-request state: which app the path belongs to, for passthrough and logging.
 pub struct Ctx {
-    app: Option<usize>,
+    app: Option<Arc<AppConfig>>,
     audit: Audit,
 }
 
@@ -71,10 +73,10 @@ impl Answer {
 }
 
 impl Ingress {
-    pub fn new(config: Arc<Config>, redis_url: String) -> Self {
+    pub fn new(live: Arc<Live>, redis_url: String) -> Self {
         Ingress {
-            routes: config.routes(),
-            config,
+            config: live.get().config.clone(),
+            live,
             redis_url,
             client: Arc::new(UpstreamClient::new()),
             store: OnceLock::new(),
@@ -318,16 +320,14 @@ impl ProxyHttp for Ingress {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let started = Instant::now();
         let _in_flight = crate::drain::REQUESTS.enter();
-        let route = self.routes.get(session.req_header().uri.path()).copied();
+        let snapshot = self.live.get();
+        let route = snapshot.route(session.req_header().uri.path());
         let (app, answer) = match route {
-            Some((i, RouteKind::Passthrough)) => {
-                ctx.app = Some(i);
+            Some((app, RouteKind::Passthrough)) => {
+                ctx.app = Some(app.clone());
                 return Ok(false);
             }
-            Some((i, RouteKind::Slack)) => {
-                let app = &self.config.apps[i];
-                (app.name.as_str(), self.answer(session, app, &mut ctx.audit).await)
-            }
+            Some((app, RouteKind::Slack)) => (app.name.as_str(), self.answer(session, app, &mut ctx.audit).await),
             None => ("", Answer::text(404, "unknown", "not_found", "not found\n")),
         };
         let written = respond(session, &answer).await;
@@ -357,7 +357,7 @@ impl ProxyHttp for Ingress {
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        let app = ctx.app.map(|i| &self.config.apps[i]).ok_or_else(|| Error::new(ErrorType::InternalError))?;
+        let app = ctx.app.as_ref().ok_or_else(|| Error::new(ErrorType::InternalError))?;
         let up = &app.upstream;
         let peer = HttpPeer::new((up.host.as_str(), up.port), up.tls, up.host.clone());
         Ok(Box::new(peer))
@@ -369,7 +369,7 @@ impl ProxyHttp for Ingress {
         req: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if let Some(app) = ctx.app.map(|i| &self.config.apps[i]) {
+        if let Some(app) = &ctx.app {
             req.insert_header("Host", app.upstream.authority())?;
         }
         Ok(())

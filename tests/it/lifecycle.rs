@@ -55,3 +55,58 @@ async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
     let _ = new.kill();
     let _ = new.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_adds_an_app_without_dropping_a_request_and_refuses_a_bad_file() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let other = Receiver::start("the-other-apps-secret").await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("reload"), &bot.url());
+    let gw = Gateway::start(&cfg).await;
+    let second = || Req::signed("/second/events", event("EvSecond"), "the-other-apps-secret");
+    assert_eq!(send(gw.port, second()).await.0, 404, "not configured yet");
+
+    let port = gw.port;
+    let traffic = tokio::spawn(async move {
+        let mut answers = Vec::new();
+        for i in 0..60 {
+            let req = Req::signed("/slack/events", event(&format!("EvReload{i:02}")), SECRET);
+            answers.push(try_send(port, req).await.map(|(status, _)| status));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        answers
+    });
+    cfg.tail = format!(
+        "[[app]]\nname = \"second\"\nsigning_secret = \"${{SG_OTHER_SECRET}}\"\nupstream = \"{}\"\nevents_path = \"/second/events\"\ncommands_path = \"/second/events\"\ninteractivity_path = \"/second/events\"\n",
+        other.url()
+    );
+    gw.rewrite(&cfg);
+    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
+        .arg("reload")
+        .arg("--data-dir")
+        .arg(gw.data_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answers = traffic.await.unwrap();
+    assert!(answers.iter().all(|a| a == &Ok(200)), "no request dropped across the reload: {answers:?}");
+    let mut status = 0;
+    for _ in 0..50 {
+        status = send(gw.port, second()).await.0;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200, "the new app is served\n{}", gw.log());
+    assert!(eventually(Duration::from_secs(5), || other.count() == 1).await, "and its workers deliver");
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 60).await);
+
+    // A bad file is refused with its error; the running config stays.
+    std::fs::write(&gw.config_path, "[server]\nbogus = 1\n").unwrap();
+    signal(gw.pid(), "HUP");
+    assert!(eventually(Duration::from_secs(5), || gw.log().contains("reload refused")).await);
+    assert!(gw.log().contains("unknown field `bogus`"));
+    assert_eq!(send(gw.port, Req::signed("/second/events", event("EvSecond2"), "the-other-apps-secret")).await.0, 200);
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvStill"), SECRET)).await.0, 200);
+}

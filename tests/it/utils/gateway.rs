@@ -131,6 +131,15 @@ impl Gateway {
         c
     }
 
+    /// Write a new config for the same ports (then `slackgate reload` or SIGHUP).
+    pub fn rewrite(&self, cfg: &GatewayConfig) {
+        std::fs::write(&self.config_path, cfg.render(self.port, self.admin_port)).unwrap();
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self._dir.path().join("data")
+    }
+
     /// The process id of the running gateway.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()

@@ -1,0 +1,82 @@
+//! The running configuration, replaceable while the gateway serves: SIGHUP (or `slackgate
+//! reload`) re-reads `gateway.toml` and its included app files. A bad file is refused with its
+//! error and the running config stays. Apps may be added, removed or changed; `[server]` and
+//! `[redis]` need a restart. Requests in flight keep the snapshot they started with.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::watch;
+
+use crate::config::{AppConfig, Config, ConfigError, Overrides, RouteKind};
+
+/// One generation of the config with its routing table.
+pub struct Snapshot {
+    pub config: Arc<Config>,
+    routes: HashMap<String, (usize, RouteKind)>,
+}
+
+impl Snapshot {
+    fn new(config: Arc<Config>) -> Self {
+        Snapshot { routes: config.routes(), config }
+    }
+
+    /// The app and role of a request path.
+    pub fn route(&self, path: &str) -> Option<(&Arc<AppConfig>, RouteKind)> {
+        self.routes.get(path).map(|&(i, kind)| (&self.config.apps[i], kind))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0} changed: [server] and [redis] take effect on restart only; nothing was reloaded")]
+    NeedsRestart(&'static str),
+}
+
+pub struct Live {
+    path: PathBuf,
+    overrides: Overrides,
+    current: RwLock<Arc<Snapshot>>,
+    generation: watch::Sender<u64>,
+}
+
+impl Live {
+    pub fn new(config: Arc<Config>, path: PathBuf, overrides: Overrides) -> Self {
+        let (generation, _) = watch::channel(0);
+        Live { path, overrides, current: RwLock::new(Arc::new(Snapshot::new(config))), generation }
+    }
+
+    pub fn get(&self) -> Arc<Snapshot> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Changes whenever a reload takes effect.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// Re-read the files; swap in the new apps if they are valid and nothing else changed.
+    pub fn reload(&self) -> Result<usize, ReloadError> {
+        let new = Config::from_file(&self.path, &self.overrides)?;
+        let old = self.get().config.clone();
+        let (s, o) = (&new.server, &old.server);
+        if (s.listen.as_str(), s.admin_listen.as_deref(), s.max_body, s.ack_budget, s.threads)
+            != (o.listen.as_str(), o.admin_listen.as_deref(), o.max_body, o.ack_budget, o.threads)
+            || s.admin_token.as_ref().map(|t| t.expose().to_vec())
+                != o.admin_token.as_ref().map(|t| t.expose().to_vec())
+        {
+            return Err(ReloadError::NeedsRestart("[server]"));
+        }
+        let (r, o) = (&new.redis, &old.redis);
+        if (&r.target, &r.key_prefix, r.shards) != (&o.target, &o.key_prefix, o.shards) {
+            return Err(ReloadError::NeedsRestart("[redis]"));
+        }
+        let apps = new.apps.len();
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Snapshot::new(Arc::new(new)));
+        self.generation.send_modify(|g| *g += 1);
+        Ok(apps)
+    }
+}
