@@ -133,3 +133,108 @@ async fn handshakes_are_answered_by_the_gateway_and_not_stored() {
     assert_eq!(bot.count(), 0);
     assert!(redis.keys("*:r:*").is_empty());
 }
+
+/// A small deterministic generator, so a failure can be replayed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// One generated bad request and the status class it must get.
+fn generated(rng: &mut XorShift, i: usize) -> (Req, u16) {
+    let len = (rng.next() % 600) as usize;
+    let junk = rng.bytes(len);
+    let now = unix_now();
+    match i % 8 {
+        // Signed garbage: the signature passes, the payload cannot be parsed.
+        0 => {
+            let mut body = junk;
+            body.insert(0, b'{');
+            let mut r = Req::signed("/slack/events", body, SECRET);
+            r.content_type = "application/json";
+            (r, 400)
+        }
+        1 => {
+            let mut r = Req::signed("/slack/events", junk, SECRET);
+            r.headers.clear();
+            (r, 401)
+        }
+        2 => {
+            let mut r = Req::signed("/slack/events", junk, SECRET);
+            r.headers[1].1 = format!("v0={}", hex::encode(rng.bytes(32)));
+            (r, 401)
+        }
+        3 => {
+            let skew = 302 + (rng.next() % 100_000) as i64;
+            let ts = if rng.next() % 2 == 0 { now - skew } else { now + skew };
+            (Req::signed_at("/slack/events", event(&format!("EvStale{i}")), SECRET, ts), 401)
+        }
+        4 => (Req::signed("/slack/events", vec![b'x'; 8193 + len], SECRET), 413),
+        5 => {
+            let mut r = Req::signed("/slack/events", junk, SECRET);
+            r.method = ["PUT", "DELETE", "PATCH", "GET"][i % 4];
+            if r.method == "GET" {
+                r.body.clear();
+            }
+            (r, 405)
+        }
+        6 => (Req::signed(&format!("/slack/{}", hex::encode(rng.bytes(6))), event("EvPath"), SECRET), 404),
+        // A form that is neither a command nor an interaction, signed.
+        _ => {
+            let body = format!("a={}&b={}", hex::encode(rng.bytes(8)), rng.next()).into_bytes();
+            (Req::signed("/slack/events", body, SECRET), 400)
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_bad_requests_get_4xx_store_nothing_and_forward_nothing() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("volume"), &bot.url());
+    cfg.server = r#"max_body = "8KiB""#.into();
+    let gw = Gateway::start(&cfg).await;
+    let mut rng = XorShift(0x5eed_1234_abcd_0042);
+    let requests: Vec<(Req, u16)> = (0..10_000).map(|i| generated(&mut rng, i)).collect();
+    let port = gw.port;
+    let mut wrong = Vec::new();
+    let mut chunks = requests.into_iter().enumerate().collect::<Vec<_>>();
+    while !chunks.is_empty() {
+        let batch: Vec<_> = chunks.drain(..chunks.len().min(32)).collect();
+        let tasks: Vec<_> = batch
+            .into_iter()
+            .map(|(i, (req, want))| tokio::spawn(async move { (i, want, try_send(port, req).await.map(|(s, _)| s)) }))
+            .collect();
+        for t in tasks {
+            let (i, want, got) = t.await.unwrap();
+            if got != Ok(want) {
+                wrong.push((i, want, got));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} requests got the wrong answer, e.g. {:?}\n{}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)],
+        gw.log()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(bot.count(), 0, "nothing forwarded");
+    let stored: Vec<String> = redis.keys("*").into_iter().filter(|k| !k.ends_with(":outbox")).collect();
+    assert!(stored.is_empty(), "nothing stored: {stored:?}");
+    assert_eq!(
+        send(gw.port, Req::signed("/slack/events", event("EvAfterVolume"), SECRET)).await.0,
+        200,
+        "still serving"
+    );
+}
