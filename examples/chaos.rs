@@ -327,9 +327,10 @@ delivery = {{ timeout = "{TIMEOUT_MS}ms", max_in_flight = {MAX_IN_FLIGHT}, retry
     let acked: Vec<String> = acked_events.lock().unwrap().clone();
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let done = bot.done.lock().unwrap();
-        let missing = acked.iter().filter(|id| !done.contains_key(*id)).count();
-        drop(done);
+        let missing = {
+            let done = bot.done.lock().unwrap();
+            acked.iter().filter(|id| !done.contains_key(*id)).count()
+        };
         if missing == 0 || Instant::now() > deadline {
             break;
         }
