@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# Ack-path benchmark: ack latency at fixed open-loop rates, the accepted-events/s ceiling, and
-# two baselines measured in the same run — nginx `return 200` (the cost of HTTP alone) and
-# redis-benchmark running the same record script (the store's ceiling). Loopback only; every
-# phase is bounded in time. Prints one line per phase and a summary with ratios.
+# Benchmarks of the ack path and of delivery, with baselines measured in the same run (these
+# machines are shared and noisy: compare ratios, not absolute numbers). Loopback only; every
+# phase is bounded in time. Uses `slackgate sim` as Slack (open loop, latency from each
+# request's scheduled time) and as the bot.
 #
-#   bench/run.sh [SECONDS_PER_PHASE]      (default 10)
+#   bench/run.sh [SECONDS_PER_PHASE] [DRAIN_EVENTS]      defaults 10 and 100000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
+DRAIN_N=${2:-100000}
 scripts/deps
 command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
-cargo build --release --locked --bin slackgate --example loadgen 2>&1 | tail -1
-LOADGEN=target/release/examples/loadgen
+cargo build --release --locked --bin slackgate 2>&1 | tail -1
 GW=target/release/slackgate
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null; rm -rf "$WORK"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-REDIS_PORT=$(port); NGINX_PORT=$(port); GW_PORT=$(port); ADMIN_PORT=$(port)
-SECRET=bench-secret
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+REDIS_PORT=$(port); NGINX_PORT=$(port); GW_PORT=$(port); ADMIN_PORT=$(port); BOT_PORT=$(port)
+export SLACK_SIGNING_SECRET=bench-secret BENCH_SECRET=bench-secret
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --save "" --daemonize no >"$WORK/redis.log" 2>&1 &
 cat >"$WORK/nginx.conf" <<NGINX
@@ -33,68 +34,92 @@ http {
 }
 NGINX
 nginx -c "$WORK/nginx.conf" &
-cat >"$WORK/gateway.toml" <<TOML
+gateway_config() { # name listen admin upstream-port retry_max
+  cat >"$WORK/$1.toml" <<TOML
 [server]
-listen = "127.0.0.1:$GW_PORT"
-admin_listen = "127.0.0.1:$ADMIN_PORT"
+listen = "127.0.0.1:$2"
+admin_listen = "127.0.0.1:$3"
 [redis]
 url = "redis://127.0.0.1:$REDIS_PORT/"
-key_prefix = "bench"
+key_prefix = "$1"
 [[app]]
 name = "bench"
 signing_secret = "\${BENCH_SECRET}"
-upstream = "http://127.0.0.1:$NGINX_PORT"
-delivery = { max_in_flight = 64 }
+upstream = "http://127.0.0.1:$4"
+delivery = { max_in_flight = 64, retry_initial = "100ms", retry_max = "$5" }
 TOML
-BENCH_SECRET=$SECRET RUST_LOG=warn $GW run --config "$WORK/gateway.toml" >"$WORK/gateway.log" 2>&1 &
+}
+wait_ready() { for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$1/readyz" && return; sleep 0.1; done; echo "gateway not ready"; exit 1; }
+gateway_config bench "$GW_PORT" "$ADMIN_PORT" "$NGINX_PORT" 5m
+RUST_LOG=warn $GW run --config "$WORK/bench.toml" --data-dir "$WORK/d1" >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ADMIN_PORT/readyz" && break; sleep 0.1; done
-curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null || { cat "$WORK/gateway.log"; exit 1; }
+wait_ready "$ADMIN_PORT"
 
-echo "== $(date -u +%FT%TZ) $(nproc) cores; ${SECS}s per phase; gateway, redis, nginx and the load generator share the box"
-load() { $LOADGEN --secret "$SECRET" --seconds "$SECS" "$@"; }
-field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
+send() { $GW sim send --json --duration "$SECS" "$@" 2>/dev/null; }
+echo "== $(date -u +%FT%TZ) $(nproc) cores; ${SECS}s per phase; gateway, Redis, nginx and the load generator share the box"
+row() { # label json
+  echo "$2" | json "'%-34s ok/s %7.0f  p50 %7.3f  p99 %7.3f  p99.9 %7.3f  max %8.3f ms  non-2xx %d' % ('$1', d['acked_per_s'], d['ack_latency']['p50_ms'], d['ack_latency']['p99_ms'], d['ack_latency']['p999_ms'], d['ack_latency']['max_ms'], d['requests'] - d['statuses'].get('200', 0))"
+}
+NGINX_5K=$(send --url "http://127.0.0.1:$NGINX_PORT/slack/events" --rate 5000); row "nginx return 200, open 5000/s" "$NGINX_5K"
+GW_1K=$(send --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 1000); row "gateway, open 1000/s" "$GW_1K"
+( while kill -0 $GW_PID 2>/dev/null; do awk '/VmRSS/{print $2}' /proc/$GW_PID/status; sleep 0.5; done >"$WORK/rss" ) &
+GW_5K=$(send --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 5000); row "gateway, open 5000/s" "$GW_5K"
+RSS_MAX=$(sort -n "$WORK/rss" | tail -1)
+GW_10K=$(send --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 10000); row "gateway, open 10000/s" "$GW_10K"
+GW_MAX=$(send --url "http://127.0.0.1:$GW_PORT/slack/events" --concurrency 64); row "gateway, closed 64 in flight" "$GW_MAX"
+NGINX_MAX=$(send --url "http://127.0.0.1:$NGINX_PORT/slack/events" --concurrency 64); row "nginx, closed 64 in flight" "$NGINX_MAX"
 
-NGINX_5K=$(load --label nginx_return_200 --url "http://127.0.0.1:$NGINX_PORT/slack/events" --rate 5000); echo "$NGINX_5K"
-GW_1K=$(load --label gateway --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 1000); echo "$GW_1K"
-RSS_FILE=$WORK/rss
-( while kill -0 $GW_PID 2>/dev/null; do awk '/VmRSS/{print $2}' /proc/$GW_PID/status; sleep 0.5; done >"$RSS_FILE" ) &
-GW_5K=$(load --label gateway --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 5000); echo "$GW_5K"
-RSS_MAX=$(sort -n "$RSS_FILE" | tail -1)
-GW_10K=$(load --label gateway --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 10000); echo "$GW_10K"
-GW_MAX=$(load --label gateway_ceiling --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 0 --connections 64); echo "$GW_MAX"
-NGINX_MAX=$(load --label nginx_ceiling --url "http://127.0.0.1:$NGINX_PORT/slack/events" --rate 0 --connections 64); echo "$NGINX_MAX"
-
-# The store's ceiling: the same record script, same key shapes and a body of the same size.
-RECORD=$(python3 - <<'PY'
-import re
-s = open("src/outbox/scripts.rs").read()
-print(re.search(r'pub const RECORD: &str = r#"(.*?)"#;', s, re.S).group(1))
-PY
-)
+# The store's ceiling: the same RECORD script, key shapes and body size, from redis-benchmark.
+RECORD=$(python3 -c 'import re; s=open("src/outbox/scripts.rs").read(); print(re.search(r"pub const RECORD: &str = r#\"(.*?)\"#;", s, re.S).group(1))')
 SHA=$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$RECORD")
-BODY=$(printf '{"token":"x","team_id":"T0BENCH","api_app_id":"A0BENCH","type":"event_callback","event_id":"Ev0000000001","event_time":1700000000,"event":{"type":"app_mention","user":"U0BENCH","text":"<@B0BENCH> benchmark message number 1","channel":"C0BENCH","ts":"1700000000.000001","event_ts":"1700000000.000001"}}')
+BODY='{"token":"sim","team_id":"T0SIM","api_app_id":"A0SIM","type":"event_callback","event_id":"Ev0000000001","event_time":1700000000,"authorizations":[{"team_id":"T0SIM","user_id":"U0SIMBOT","is_bot":true}],"event":{"type":"app_mention","user":"U0HUMAN","channel":"C0SIM","text":"<@U0SIMBOT> hello from sim","ts":"1700000000.000001","event_ts":"1700000000.000001","sim_sent_ms":1700000000000}}'
 REDIS_OPS=$(redis-benchmark -p "$REDIS_PORT" -c 64 -n $((SECS * 20000)) -r 1000000000 -q \
-  EVALSHA "$SHA" 3 "{rb:bench:0}:r:__rand_int__" "{rb:bench:0}:outbox" "{rb:bench:0}:d:__rand_int__" \
-  90000000 "0-__rand_int__" "$BODY" application/json /slack/events event 1700000000000 2>/dev/null | tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1)
-echo "redis_benchmark_record_script: ops_per_s=$REDIS_OPS"
+  EVALSHA "$SHA" 6 "{rb:bench:0}:r:e:__rand_int__" "{rb:bench:0}:outbox" "{rb:bench:0}:d:__rand_int__" "{rb:bench:0}:sched" \
+  "{rb:bench:0}:r:e:__rand_int__" "{rb:bench:0}:r:e:__rand_int__" \
+  90000000 "0-__rand_int__" "$BODY" application/json /slack/events event 1700000000000 stream 0 0 0 "{rb:bench:0}" slackgate app_mention "" \
+  2>/dev/null | tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1)
+printf '%-34s ok/s %7.0f\n' "redis-benchmark, RECORD, 64 clients" "$REDIS_OPS"
+STREAM_BYTES=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "{rb:bench:0}:outbox" SAMPLES 0)
+STREAM_N=$(redis-cli -p "$REDIS_PORT" XLEN "{rb:bench:0}:outbox")
+HASH_KEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern '{rb:bench:0}:d:*' | head -1 || true)
+RCPT_KEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern '{rb:bench:0}:r:*' | head -1 || true)
+HASH_BYTES=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$HASH_KEY")
+RCPT_BYTES=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$RCPT_KEY")
 
-BYTES=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "{rb:bench:0}:outbox" SAMPLES 0)
-N=$(redis-cli -p "$REDIS_PORT" XLEN "{rb:bench:0}:outbox")
-KEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern '{rb:bench:0}:d:*' | head -1 || true)
-HASH=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$KEY")
-RKEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern '{rb:bench:0}:r:*' | head -1 || true)
-RCPT=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$RKEY")
+# End to end: the gateway in front of `sim receive`, 1000 events/s: send → bot latency.
+E2E_GW=$(port); E2E_ADMIN=$(port)
+gateway_config e2e "$E2E_GW" "$E2E_ADMIN" "$BOT_PORT" 5m
+$GW sim receive --listen "127.0.0.1:$BOT_PORT" --idle 3 --json >"$WORK/e2e.json" 2>/dev/null &
+RECV=$!
+RUST_LOG=warn $GW run --config "$WORK/e2e.toml" --data-dir "$WORK/d2" >"$WORK/e2e.log" 2>&1 &
+wait_ready "$E2E_ADMIN"
+E2E_SEND=$(send --url "http://127.0.0.1:$E2E_GW/slack/events" --rate 1000); row "gateway → sim receive, 1000/s" "$E2E_SEND"
+wait $RECV || true
+E2E=$(cat "$WORK/e2e.json")
+echo "$E2E" | json "'%-34s p50 %7.3f  p99 %7.3f  max %8.3f ms (ms resolution), %d delivered, %d duplicated' % ('send → bot receipt, 1000/s', d['send_to_delivery']['p50_ms'], d['send_to_delivery']['p99_ms'], d['send_to_delivery']['max_ms'], d['received'], d['duplicated'])"
+
+# Backlog drain: DRAIN_N deliveries accepted while the bot is down, then the bot comes up.
+D_GW=$(port); D_ADMIN=$(port); D_BOT=$(port)
+gateway_config drain "$D_GW" "$D_ADMIN" "$D_BOT" 1s
+RUST_LOG=warn $GW run --config "$WORK/drain.toml" --data-dir "$WORK/d3" >"$WORK/drain.log" 2>&1 &
+wait_ready "$D_ADMIN"
+$GW sim send --json --url "http://127.0.0.1:$D_GW/slack/events" --rate 10000 --events "$DRAIN_N" --duration 60 >/dev/null 2>&1
+waiting() { $GW stats --json --config "$WORK/drain.toml" 2>/dev/null | json "d[0]['ready'] + d[0]['in_flight'] + d[0]['scheduled']"; }
+BACKLOG=$(waiting)
+$GW sim receive --listen "127.0.0.1:$D_BOT" --idle 5 --json >"$WORK/drain.json" 2>/dev/null &
+START=$(date +%s.%N)
+while [ "$(waiting)" != "0" ]; do sleep 0.2; done
+END=$(date +%s.%N)
+DRAIN_S=$(awk "BEGIN{print $END - $START}")
+echo "backlog drain: $BACKLOG waiting when the bot came up; empty after ${DRAIN_S}s: $(awk "BEGIN{printf \"%.0f\", $BACKLOG / $DRAIN_S}") deliveries/s"
 
 echo
 echo "== summary"
-printf 'ack p50/p99 at 1000/s:  %s / %s ms\n' "$(echo "$GW_1K" | field p50_ms)" "$(echo "$GW_1K" | field p99_ms)"
-printf 'ack p50/p99 at 5000/s:  %s / %s ms   (nginx return 200 at 5000/s: %s / %s ms)\n' \
-  "$(echo "$GW_5K" | field p50_ms)" "$(echo "$GW_5K" | field p99_ms)" "$(echo "$NGINX_5K" | field p50_ms)" "$(echo "$NGINX_5K" | field p99_ms)"
-printf 'ack p50/p99 at 10000/s: %s / %s ms   (ok/s %s)\n' "$(echo "$GW_10K" | field p50_ms)" "$(echo "$GW_10K" | field p99_ms)" "$(echo "$GW_10K" | field ok_per_s)"
-G=$(echo "$GW_MAX" | field ok_per_s); NG=$(echo "$NGINX_MAX" | field ok_per_s)
-printf 'accepted events/s (closed loop, 64 conns): %s; nginx: %s (ratio %.2f); redis record script: %s (ratio %.2f)\n' \
-  "$G" "$NG" "$(awk "BEGIN{print $G/$NG}")" "$REDIS_OPS" "$(awk "BEGIN{print $G/$REDIS_OPS}")"
+p99() { echo "$1" | json "d['ack_latency']['p99_ms']"; }
+ok() { echo "$1" | json "d['acked_per_s']"; }
+printf 'ack p99 at 5000/s: gateway %s ms vs nginx %s ms\n' "$(p99 "$GW_5K")" "$(p99 "$NGINX_5K")"
+printf 'accepted/s closed loop: gateway %.0f; nginx %.0f (ratio %.2f); store ceiling %.0f (ratio %.2f)\n' \
+  "$(ok "$GW_MAX")" "$(ok "$NGINX_MAX")" "$(awk "BEGIN{print $(ok "$GW_MAX")/$(ok "$NGINX_MAX")}")" "$REDIS_OPS" "$(awk "BEGIN{print $(ok "$GW_MAX")/$REDIS_OPS}")"
 printf 'gateway RSS max during 5000/s: %s KiB\n' "$RSS_MAX"
-printf 'redis bytes per waiting delivery beyond the body: stream %s/entry, delivery hash %s (body %s), receipt %s\n' \
-  "$(( BYTES / (N > 0 ? N : 1) ))" "$HASH" "${#BODY}" "$RCPT"
+printf 'redis bytes per waiting delivery: stream %s/entry, delivery hash %s (body %s bytes), receipt %s\n' \
+  "$(( STREAM_BYTES / (STREAM_N > 0 ? STREAM_N : 1) ))" "$HASH_BYTES" "${#BODY}" "$RCPT_BYTES"

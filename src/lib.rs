@@ -13,6 +13,7 @@
 //! - [`admin`], [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`ops`]: operator actions for the CLI and the admin API (stats, dead letters).
 //! - [`live`]: the running config, reloaded on SIGHUP.
+//! - [`sim`]: `slackgate sim`, Slack's side and a bot's for load tests.
 //! - [`embedded`]: the private `redis-server` for laptops.
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,7 @@ pub mod live;
 pub mod metrics;
 pub mod ops;
 pub mod outbox;
+pub mod sim;
 pub mod slack;
 pub mod upstream;
 

@@ -42,6 +42,11 @@ enum Command {
         #[arg(long, env = "SLACKGATE_DATA_DIR", default_value = "data")]
         data_dir: PathBuf,
     },
+    /// Load-test a deployment: `sim send` behaves like Slack, `sim receive` like a bot.
+    Sim {
+        #[command(subcommand)]
+        command: crate::sim::SimCommand,
+    },
     /// The dead-letter stream: list, show, replay, purge.
     Dlq {
         #[command(subcommand)]
@@ -90,6 +95,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Run(opts) => run(opts),
         Command::Stats(target) => ops::stats(&target),
         Command::Reload { data_dir } => reload(&data_dir),
+        Command::Sim { command } => crate::sim::run(command),
         Command::Dlq { action, target } => ops::dlq(&target, action),
     }
 }
