@@ -13,4 +13,5 @@ mod interactive;
 mod lifecycle;
 mod messages;
 mod operate;
+mod sim;
 mod store_outage;

@@ -1,0 +1,64 @@
+//! `slackgate sim`: Slack's side and a bot's, end to end through a real gateway.
+
+use std::process::{Command, Stdio};
+
+use crate::utils::*;
+
+fn sim(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_slackgate"));
+    c.arg("sim").args(args).env("SLACK_SIGNING_SECRET", SECRET);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_send_and_receive_account_for_every_event() {
+    let redis = RedisServer::start();
+    let bot_port = free_port();
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("sim"), &format!("http://127.0.0.1:{bot_port}"));
+    cfg.app = "dedupe = { message = true }".into();
+    let gw = Gateway::start(&cfg).await;
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("manifest.txt");
+    let listen = format!("127.0.0.1:{bot_port}");
+    let receiver = sim(&["receive", "--json", "--idle", "2", "--listen", &listen, "--manifest"])
+        .arg(&manifest)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}/slack/events", gw.port);
+    let args = ["send", "--json", "--url", &url, "--rate", "200", "--duration", "2"];
+    let extras = ["--dup-ratio", "0.3", "--pair-ratio", "0.2", "--edit-ratio", "0.1", "--manifest"];
+    let out = sim(&args).args(extras).arg(&manifest).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sent: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sent["events"], 400);
+    assert_eq!(sent["acked"], 400);
+    assert_eq!(sent["failed"], 0);
+    assert!(sent["requests"].as_u64().unwrap() > 400, "duplicates, pairs and edits were sent too");
+    assert!(sent["ack_latency"]["p99_ms"].as_f64().unwrap() > 0.0);
+
+    let out = tokio::task::spawn_blocking(move || receiver.wait_with_output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "the receiver found nothing lost: {}", String::from_utf8_lossy(&out.stdout));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["lost"], 0, "{got}");
+    assert_eq!(got["duplicated"], 0, "{got}");
+    assert_eq!(got["bad_signatures"], 0);
+    assert_eq!(got["events"], got["expected"], "one delivery per expected line: pairs collapsed, copies absorbed");
+}
+
+#[test]
+fn sim_send_retries_on_slacks_schedule_when_nobody_acks() {
+    let port = free_port(); // nothing listens
+    let url = format!("http://127.0.0.1:{port}/slack/events");
+    let out = sim(&["send", "--json", "--url", &url, "--rate", "20", "--duration", "1", "--time-scale", "600"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let sent: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sent["events"], 20);
+    assert_eq!(sent["acked"], 0);
+    assert_eq!(sent["failed"], 20, "given up after Slack's three retries");
+    assert_eq!(sent["retries"], 60);
+    assert_eq!(sent["connection_errors"], 80);
+}
