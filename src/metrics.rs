@@ -144,6 +144,21 @@ pub fn render() -> Vec<u8> {
     out
 }
 
+/// Count one attempt toward the bot: its duration and its answer's class.
+pub fn attempt_observed(
+    app: &str,
+    result: &Result<crate::upstream::Response, crate::upstream::SendError>,
+    took: std::time::Duration,
+) {
+    METRICS.attempt_seconds.with_label_values(&[app]).observe(took.as_secs_f64());
+    let class = match result {
+        Ok(r) => status_class(r.status),
+        Err(crate::upstream::SendError::Timeout) => "timeout",
+        Err(_) => "error",
+    };
+    METRICS.upstream_responses.with_label_values(&[app, class]).inc();
+}
+
 /// `2xx`, `4xx`, … for a status code.
 pub fn status_class(status: u16) -> &'static str {
     match status {

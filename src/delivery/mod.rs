@@ -18,7 +18,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::config::{AppConfig, Config};
 use crate::live::Live;
-use crate::metrics::{status_class, METRICS};
+use crate::metrics::METRICS;
 use crate::outbox::{self, Finish, Lease, ShardKeys, Store};
 use crate::slack::{self, Kind};
 use crate::upstream::{Outgoing, UpstreamClient};
@@ -285,26 +285,10 @@ async fn attempt(s: &Shard, lease: Lease) {
         r = s.client.send(out, s.app.delivery.timeout) => r,
         _ = keep_lease(s, &lease) => return,
     };
-    METRICS.attempt_seconds.with_label_values(&[app]).observe(started.elapsed().as_secs_f64());
-    let class = match &result {
-        Ok(r) => status_class(r.status),
-        Err(crate::upstream::SendError::Timeout) => "timeout",
-        Err(_) => "error",
-    };
-    METRICS.upstream_responses.with_label_values(&[app, class]).inc();
+    crate::metrics::attempt_observed(app, &result, started.elapsed());
     let now = now_ms();
     let verdict = policy::judge(&result);
-    let (finish, outcome) = match &verdict {
-        Verdict::Delivered => (Finish::Done, "delivered"),
-        Verdict::Final { status, error } => (Finish::Dead { now_ms: now, status, error }, "dead"),
-        Verdict::Retry { status, error, .. } if policy::given_up(&s.app.delivery, stored.received_ms, now) => {
-            (Finish::Dead { now_ms: now, status, error }, "dead")
-        }
-        Verdict::Retry { status, error, after } => {
-            let delay = policy::backoff(&s.app.delivery, stored.retries, *after, rand::random::<f64>());
-            (Finish::Retry { due_ms: now + delay.as_millis() as u64, status, error }, "retried")
-        }
-    };
+    let (finish, outcome) = policy::step(&s.app.delivery, &verdict, stored.retries, stored.received_ms, now);
     let next_retry_ms = match &finish {
         Finish::Retry { due_ms, .. } => due_ms.saturating_sub(now),
         _ => 0,

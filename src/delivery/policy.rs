@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::config::DeliveryConfig;
+use crate::outbox::Finish;
 use crate::upstream::{Response, SendError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +20,28 @@ pub enum Verdict {
         status: String,
         error: String,
     },
+}
+
+/// What to record for `verdict`: the outbox transition and the `deliveries_total` outcome.
+/// `retries` is how many attempts already ended in a retry.
+pub fn step<'a>(
+    cfg: &DeliveryConfig,
+    verdict: &'a Verdict,
+    retries: u64,
+    received_ms: u64,
+    now_ms: u64,
+) -> (Finish<'a>, &'static str) {
+    match verdict {
+        Verdict::Delivered => (Finish::Done, "delivered"),
+        Verdict::Final { status, error } => (Finish::Dead { now_ms, status, error }, "dead"),
+        Verdict::Retry { status, error, .. } if given_up(cfg, received_ms, now_ms) => {
+            (Finish::Dead { now_ms, status, error }, "dead")
+        }
+        Verdict::Retry { status, error, after } => {
+            let delay = backoff(cfg, retries, *after, rand::random::<f64>());
+            (Finish::Retry { due_ms: now_ms + delay.as_millis() as u64, status, error }, "retried")
+        }
+    }
 }
 
 /// Judge one attempt's result.

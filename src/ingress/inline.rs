@@ -21,10 +21,10 @@ use tracing::{info, info_span, warn, Instrument};
 use super::Answer;
 use crate::config::AppConfig;
 use crate::delivery::{now_ms, policy, policy::Verdict};
-use crate::metrics::{status_class, METRICS};
+use crate::metrics::METRICS;
 use crate::outbox::{Finish, ShardKeys, Store};
 use crate::slack::{self, Kind};
-use crate::upstream::{Outgoing, Response, SendError, UpstreamClient};
+use crate::upstream::{Outgoing, Response, UpstreamClient};
 
 /// Everything the background half of an inline attempt needs, owned.
 pub struct InlineJob {
@@ -90,27 +90,13 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
     };
     let started = std::time::Instant::now();
     let result = job.client.send(out, job.app.delivery.timeout).await;
-    METRICS.attempt_seconds.with_label_values(&[app]).observe(started.elapsed().as_secs_f64());
-    let class = match &result {
-        Ok(r) => status_class(r.status),
-        Err(SendError::Timeout) => "timeout",
-        Err(_) => "error",
-    };
-    METRICS.upstream_responses.with_label_values(&[app, class]).inc();
+    crate::metrics::attempt_observed(app, &result, started.elapsed());
     let suggestion = job.detail == "block_suggestion";
-    let now = now_ms();
     let verdict = policy::judge(&result);
     let (finish, outcome) = match &verdict {
-        Verdict::Delivered => (Finish::Done, "delivered"),
-        Verdict::Final { status, error } => (Finish::Dead { now_ms: now, status, error }, "dead"),
+        // Options are useless later: a failed block_suggestion is not retried.
         Verdict::Retry { .. } if suggestion => (Finish::Done, "expired"),
-        Verdict::Retry { status, error, .. } if policy::given_up(&job.app.delivery, job.received_ms, now) => {
-            (Finish::Dead { now_ms: now, status, error }, "dead")
-        }
-        Verdict::Retry { status, error, after } => {
-            let delay = policy::backoff(&job.app.delivery, 0, *after, rand::random::<f64>());
-            (Finish::Retry { due_ms: now + delay.as_millis() as u64, status, error }, "retried")
-        }
+        _ => policy::step(&job.app.delivery, &verdict, 0, job.received_ms, now_ms()),
     };
     match job.store.inline_finish(&job.keys, &job.id, finish).await {
         Ok(true) => METRICS.deliveries.with_label_values(&[app, outcome]).inc(),
