@@ -137,7 +137,12 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
     crate::init_tracing(opts.log_format == "json");
     // One rustls provider for the whole process: Pingora's upstream TLS and `rediss://` alike.
     pingora::tls::install_default_crypto_provider();
-    let overrides = Overrides { listen: opts.listen, admin_listen: opts.admin_listen, redis_url: opts.redis_url };
+    let overrides = Overrides {
+        listen: opts.listen,
+        admin_listen: opts.admin_listen,
+        redis_url: opts.redis_url,
+        secrets_optional: false,
+    };
     let config = Arc::new(Config::from_file(&opts.config.config, &overrides)?);
     let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides));
     let embedded = match &config.redis.target {

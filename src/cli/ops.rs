@@ -59,7 +59,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(t: &Target) -> anyhow::Result<Ops> {
-    let overrides = Overrides { redis_url: t.redis_url.clone(), ..Overrides::default() };
+    let overrides = Overrides { redis_url: t.redis_url.clone(), secrets_optional: true, ..Overrides::default() };
     let config = Arc::new(Config::from_file(&t.config.config, &overrides)?);
     let url = match &config.redis.target {
         RedisTarget::Url(u) => u.clone(),
