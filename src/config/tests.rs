@@ -573,6 +573,7 @@ fn overrides_beat_the_file() {
         listen: Some("127.0.0.1:4000".into()),
         admin_listen: Some("127.0.0.1:4001".into()),
         redis_url: Some("redis://10.0.0.1:6379/".into()),
+        secrets_optional: false,
     };
     let c = load_with(&text, &ov).unwrap();
     assert_eq!(c.server.listen, "127.0.0.1:4000");
