@@ -6,6 +6,7 @@
 
 mod duration;
 mod file;
+mod include;
 mod values;
 
 pub use duration::{parse_duration, parse_size};
@@ -148,9 +149,9 @@ impl Config {
             apps.push(Arc::new(v.app(&format!("app[{i}]."), a)?));
         }
         for (i, pattern) in raw.include.iter().enumerate() {
-            let files = v.glob(pattern).map_err(|m| v.err(&format!("include[{i}]"), m))?;
+            let files = include::glob(v.base, pattern).map_err(|m| v.err(&format!("include[{i}]"), m))?;
             for file in files {
-                apps.push(Arc::new(include_app(&file, ov.secrets_optional)?));
+                apps.push(Arc::new(include::app_file(&file, ov.secrets_optional)?));
             }
         }
         if apps.is_empty() {
@@ -216,45 +217,14 @@ impl Config {
     }
 }
 
-/// One included app file: the keys of one `[[app]]`, at the top level.
-fn include_app(path: &Path, secrets_optional: bool) -> Result<AppConfig, ConfigError> {
-    let v = Validator { file: path.display().to_string(), base: path.parent(), secrets_optional };
-    let text = std::fs::read_to_string(path).map_err(|e| v.err("(file)", format!("cannot read: {e}")))?;
-    let raw: AppSection = toml::from_str(&text).map_err(|e| v.err("(toml)", e.to_string()))?;
-    v.app("", &raw)
-}
-
-struct Validator<'a> {
+pub(crate) struct Validator<'a> {
     file: String,
     base: Option<&'a Path>,
     secrets_optional: bool,
 }
 
 impl Validator<'_> {
-    /// The files an `include` pattern names, sorted; `*` and `?` in the file name only.
-    fn glob(&self, pattern: &str) -> Result<Vec<PathBuf>, String> {
-        let full = match self.base {
-            Some(b) => b.join(pattern),
-            None => PathBuf::from(pattern),
-        };
-        let dir = full.parent().ok_or("no directory")?.to_path_buf();
-        let name = full.file_name().and_then(|n| n.to_str()).ok_or("no file name")?.to_string();
-        if dir.to_string_lossy().contains(['*', '?']) {
-            return Err(format!("`{pattern}`: wildcards only in the file name"));
-        }
-        if !name.contains(['*', '?']) {
-            return Ok(vec![full]);
-        }
-        let entries = std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| wildcard(&name, n)))
-            .collect();
-        files.sort();
-        Ok(files)
-    }
-
-    fn err(&self, key: &str, message: impl Into<String>) -> ConfigError {
+    pub(crate) fn err(&self, key: &str, message: impl Into<String>) -> ConfigError {
         ConfigError { file: self.file.clone(), key: key.into(), message: message.into() }
     }
 
@@ -353,7 +323,7 @@ impl Validator<'_> {
     }
 
     /// One app; `prefix` is `app[i].` in the main file and empty in an included file.
-    fn app(&self, prefix: &str, a: &AppSection) -> Result<AppConfig, ConfigError> {
+    pub(crate) fn app(&self, prefix: &str, a: &AppSection) -> Result<AppConfig, ConfigError> {
         let key = |k: &str| format!("{prefix}{k}");
         let name = a.name.clone().ok_or_else(|| self.err(&key("name"), "is required"))?;
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
@@ -503,26 +473,3 @@ impl Validator<'_> {
 
 #[cfg(test)]
 mod tests;
-
-/// `*` matches any run of characters, `?` one character.
-fn wildcard(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ni;
-            pi += 1;
-        } else if let Some(sp) = star {
-            pi = sp + 1;
-            mark += 1;
-            ni = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
-}

@@ -1,0 +1,205 @@
+use super::*;
+
+// ---------------------------------------------------------------- apps and routes
+
+#[test]
+fn app_name_is_checked() {
+    assert_err(&load_err(&app("has space", "SG_CFG_NAME", "")), "app[0].name");
+    assert_err(&load_err(&app("", "SG_CFG_NAME", "")), "app[0].name");
+    assert_err(&load_err(&app("a{b}", "SG_CFG_NAME", "")), "app[0].name");
+    set_env("SG_CFG_NAME", "x");
+    let text = "[[app]]\nsigning_secret = \"${SG_CFG_NAME}\"\nupstream = \"http://127.0.0.1:8000\"\n";
+    assert_err(&load_err(text), "app[0].name");
+}
+
+#[test]
+fn duplicate_app_names_are_refused() {
+    let text = format!(
+        "{}{}",
+        app(
+            "bot",
+            "SG_CFG_DUP_NAME",
+            "events_path = \"/one\"\ncommands_path = \"/one\"\ninteractivity_path = \"/one\""
+        ),
+        app(
+            "bot",
+            "SG_CFG_DUP_NAME",
+            "events_path = \"/two\"\ncommands_path = \"/two\"\ninteractivity_path = \"/two\""
+        ),
+    );
+    let err = load_err(&text);
+    assert_err(&err, "app[1].name");
+    assert!(err.message.contains("app[0]"), "{err}");
+}
+
+#[test]
+fn two_apps_on_one_path_are_refused() {
+    // Both on the default /slack/events.
+    let text = format!("{}{}", app("a", "SG_CFG_SHARED_PATH", ""), app("b", "SG_CFG_SHARED_PATH", ""));
+    let err = load_err(&text);
+    assert_err(&err, "app[1]");
+    assert!(err.message.contains("/slack/events"), "{err}");
+
+    // A passthrough path of one app that is another's Slack path.
+    let text = format!(
+        "{}{}",
+        app("a", "SG_CFG_SHARED_PATH", "passthrough = [\"/b\"]"),
+        app("b", "SG_CFG_SHARED_PATH", "events_path = \"/b\"\ncommands_path = \"/b\"\ninteractivity_path = \"/b\""),
+    );
+    assert_err(&load_err(&text), "app[1]");
+}
+
+#[test]
+fn one_app_may_use_one_path_for_everything() {
+    let extra = "events_path = \"/slack/all\"\ncommands_path = \"/slack/all\"\ninteractivity_path = \"/slack/all\"";
+    let c = load(&app("a", "SG_CFG_ONE_PATH", extra)).unwrap();
+    let routes = c.routes();
+    assert_eq!(routes.len(), 1);
+    assert_eq!(routes["/slack/all"], (0, RouteKind::Slack));
+}
+
+#[test]
+fn one_app_may_not_use_a_slack_path_as_passthrough() {
+    let err = load_err(&app("a", "SG_CFG_PASS_SLACK", "passthrough = [\"/slack/events\"]"));
+    assert_err(&err, "app[0]");
+}
+
+#[test]
+fn paths_must_be_absolute_without_query() {
+    assert_err(&load_err(&app("a", "SG_CFG_PATHS", "events_path = \"slack/events\"")), "app[0].events_path");
+    assert_err(&load_err(&app("a", "SG_CFG_PATHS", "commands_path = \"/c?x=1\"")), "app[0].commands_path");
+    assert_err(&load_err(&app("a", "SG_CFG_PATHS", "interactivity_path = \"/i#f\"")), "app[0].interactivity_path");
+    assert_err(&load_err(&app("a", "SG_CFG_PATHS", "passthrough = [\"/ok\", \"bad\"]")), "app[0].passthrough[1]");
+}
+
+#[test]
+fn routes_map_paths_to_apps() {
+    let text = format!(
+        "{}{}",
+        app(
+            "a",
+            "SG_CFG_ROUTES",
+            "events_path = \"/a/events\"\ncommands_path = \"/a/commands\"\ninteractivity_path = \"/a/interactive\"\npassthrough = [\"/a/install\", \"/a/oauth\"]"
+        ),
+        app("b", "SG_CFG_ROUTES", "passthrough = [\"/b/install\"]"),
+    );
+    let c = load(&text).unwrap();
+    let routes = c.routes();
+    let expected: HashMap<String, (usize, RouteKind)> = [
+        ("/a/events", (0, RouteKind::Slack)),
+        ("/a/commands", (0, RouteKind::Slack)),
+        ("/a/interactive", (0, RouteKind::Slack)),
+        ("/a/install", (0, RouteKind::Passthrough)),
+        ("/a/oauth", (0, RouteKind::Passthrough)),
+        ("/slack/events", (1, RouteKind::Slack)),
+        ("/b/install", (1, RouteKind::Passthrough)),
+    ]
+    .into_iter()
+    .map(|(p, r)| (p.to_string(), r))
+    .collect();
+    assert_eq!(routes, expected);
+    assert_eq!(c.apps[1].name, "b");
+}
+
+// ---------------------------------------------------------------- listeners, overrides, redis
+
+#[test]
+fn admin_listen_must_differ_from_listen() {
+    let a = app("a", "SG_CFG_ADMIN_SAME", "");
+    let err = load_err(&format!("[server]\nlisten = \"127.0.0.1:4000\"\nadmin_listen = \"127.0.0.1:4000\"\n{a}"));
+    assert_err(&err, "server.admin_listen");
+    // The default admin address collides with a listen override too.
+    let ov = Overrides { listen: Some("127.0.0.1:9090".into()), ..Overrides::default() };
+    assert_err(&load_with(&a, &ov).unwrap_err(), "server.admin_listen");
+}
+
+#[test]
+fn admin_listen_off() {
+    let a = app("a", "SG_CFG_ADMIN_OFF", "");
+    let c = load(&format!("[server]\nadmin_listen = \"off\"\n{a}")).unwrap();
+    assert_eq!(c.server.admin_listen, None);
+    let ov = Overrides { admin_listen: Some("off".into()), ..Overrides::default() };
+    assert_eq!(load_with(&a, &ov).unwrap().server.admin_listen, None);
+}
+
+#[test]
+fn overrides_beat_the_file() {
+    let text = format!(
+        "[server]\nlisten = \"0.0.0.0:5000\"\nadmin_listen = \"127.0.0.1:5001\"\n[redis]\nurl = \"embedded\"\n{}",
+        app("a", "SG_CFG_OVERRIDES", "")
+    );
+    let ov = Overrides {
+        listen: Some("127.0.0.1:4000".into()),
+        admin_listen: Some("127.0.0.1:4001".into()),
+        redis_url: Some("redis://10.0.0.1:6379/".into()),
+        secrets_optional: false,
+    };
+    let c = load_with(&text, &ov).unwrap();
+    assert_eq!(c.server.listen, "127.0.0.1:4000");
+    assert_eq!(c.server.admin_listen.as_deref(), Some("127.0.0.1:4001"));
+    assert_eq!(c.redis.target, RedisTarget::Url("redis://10.0.0.1:6379/".into()));
+
+    // Without overrides the file's values stand.
+    let c = load(&text).unwrap();
+    assert_eq!(c.server.listen, "0.0.0.0:5000");
+    assert_eq!(c.redis.target, RedisTarget::Embedded);
+
+    // A bad override is reported under the key it overrides.
+    let ov = Overrides { listen: Some("not-an-addr".into()), ..Overrides::default() };
+    assert_err(&load_with(&text, &ov).unwrap_err(), "server.listen");
+}
+
+#[test]
+fn redis_targets() {
+    let a = app("a", "SG_CFG_REDIS_TARGETS", "");
+    for url in [
+        "redis://127.0.0.1:6379/",
+        "rediss://u:p@r.internal:6380/0",
+        "unix:///tmp/redis.sock",
+        "redis+unix:///tmp/r.sock",
+    ] {
+        let c = load(&format!("[redis]\nurl = \"{url}\"\n{a}")).unwrap();
+        assert_eq!(c.redis.target, RedisTarget::Url(url.into()));
+    }
+    for url in ["embedded", ""] {
+        let c = load(&format!("[redis]\nurl = \"{url}\"\n{a}")).unwrap();
+        assert_eq!(c.redis.target, RedisTarget::Embedded);
+    }
+}
+
+#[test]
+fn bad_redis_url_scheme_is_refused() {
+    let a = app("a", "SG_CFG_REDIS_BAD", "");
+    for url in ["http://127.0.0.1:6379", "127.0.0.1:6379", "memcached://x"] {
+        assert_err(&load_err(&format!("[redis]\nurl = \"{url}\"\n{a}")), "redis.url");
+    }
+    let ov = Overrides { redis_url: Some("tcp://127.0.0.1:6379".into()), ..Overrides::default() };
+    assert_err(&load_with(&a, &ov).unwrap_err(), "redis.url");
+    // An unset variable in the URL is named.
+    let err = load_err(&format!("[redis]\nurl = \"redis://:${{SG_CFG_REDIS_UNSET_41}}@h:6379\"\n{a}"));
+    assert_err(&err, "redis.url");
+    assert!(err.message.contains("SG_CFG_REDIS_UNSET_41"));
+}
+
+#[test]
+fn from_file_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing.toml");
+    let err = Config::from_file(&path, &Overrides::default()).unwrap_err();
+    assert_eq!(err.key, "(file)");
+    assert!(err.to_string().starts_with(&path.display().to_string()), "{err}");
+
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, app("a", "SG_CFG_FROM_FILE", "")).unwrap();
+    let c = Config::from_file(&path, &Overrides::default()).unwrap();
+    assert_eq!(c.source, path);
+}
+
+#[test]
+fn upstream_credentials_are_not_echoed() {
+    set_env("SG_CFG_UPSTREAM_CREDS", "x");
+    let text = "[[app]]\nname = \"a\"\nsigning_secret = \"${SG_CFG_UPSTREAM_CREDS}\"\nupstream = \"https://bot:hunter2@bot.example.com/\"\n";
+    let err = load_err(text);
+    assert_err(&err, "app[0].upstream");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+}
