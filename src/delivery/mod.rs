@@ -29,6 +29,8 @@ const READ_BLOCK: Duration = Duration::from_secs(1);
 /// How often due retries are moved back onto the stream.
 const PROMOTE_EVERY: Duration = Duration::from_millis(200);
 const BATCH: usize = 64;
+/// Due retries moved back onto the stream per script call.
+const PROMOTE_BATCH: usize = 1000;
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
 /// Whether this process's delivery workers are running, for `/readyz`.
@@ -202,9 +204,17 @@ async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(PROMOTE_EVERY) => {}
             _ = stop.changed() => return,
         }
-        if let Err(e) = s.store.promote(&s.keys, now_ms(), 1000).await {
-            METRICS.store_errors.with_label_values(&[&s.app.name, "promote"]).inc();
-            debug!(app = %s.app.name, error = %e, "promote failed");
+        // A full batch means more are due (a backlog after an outage): keep going, so that
+        // promotion never caps the drain rate.
+        loop {
+            match s.store.promote(&s.keys, now_ms(), PROMOTE_BATCH).await {
+                Ok(n) if n == PROMOTE_BATCH && !crate::drain::draining() => continue,
+                Ok(_) => break,
+                Err(e) => {
+                    METRICS.store_errors.with_label_values(&[&s.app.name, "promote"]).inc();
+                    break debug!(app = %s.app.name, error = %e, "promote failed");
+                }
+            }
         }
         if last_reclaim.elapsed() < reclaim_every || crate::drain::draining() {
             continue;
