@@ -1,7 +1,7 @@
 //! Property tests of the pure Slack rules: the fuzz targets' properties (fuzz/src/checks.rs,
 //! included here) on proptest's inputs, so that `cargo test` runs them as a smoke on every
 //! build (256 cases each by default; `PROPTEST_CASES=100000 cargo test --test props` for more).
-//! The coverage-guided runs are `cargo fuzz` (see FUZZING.md and scripts/fuzz-smoke).
+//! The coverage-guided runs are `cargo fuzz` (see BENCHMARKS.md, "Fuzzing", and scripts/fuzz-smoke).
 
 #[path = "../fuzz/src/checks.rs"]
 mod checks;
@@ -213,7 +213,7 @@ proptest! {
     }
 }
 
-/// The inputs that the fuzz runs turned up (FUZZING.md, "Findings"), kept as plain cases.
+/// The inputs that the fuzz runs turned up (BENCHMARKS.md, "Fuzzing", "Findings"), kept as plain cases.
 #[test]
 fn fuzz_found_cases() {
     // Secrets that differ only by trailing NUL bytes are one HMAC key: the signed-body
