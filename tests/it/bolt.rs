@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde_json::{json, Value};
 
 use crate::utils::*;
@@ -308,23 +306,7 @@ fn block_actions(trigger_id: &str) -> Vec<u8> {
 
 /// Send one request; returns status, content type and body (the gateway's answer to "Slack").
 async fn send_full(port: u16, req: Req) -> (u16, Option<String>, String) {
-    let client =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut b = hyper::Request::builder()
-        .method(req.method)
-        .uri(format!("http://127.0.0.1:{port}{}", req.path))
-        .header("Content-Type", req.content_type);
-    for (k, v) in &req.headers {
-        b = b.header(k, v);
-    }
-    let resp =
-        tokio::time::timeout(Duration::from_secs(10), client.request(b.body(Full::new(req.body.into())).unwrap()))
-            .await
-            .expect("answered within 10s")
-            .expect("request sent");
-    let status = resp.status().as_u16();
-    let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let (status, ct, body) = exchange(port, req).await.expect("the gateway answered");
     (status, ct, String::from_utf8_lossy(&body).into_owned())
 }
 

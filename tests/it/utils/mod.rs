@@ -92,6 +92,11 @@ pub async fn send(port: u16, req: Req) -> (u16, Bytes) {
 
 /// Send one request on a new connection; a refused or broken connection is an `Err`.
 pub async fn try_send(port: u16, req: Req) -> Result<(u16, Bytes), String> {
+    exchange(port, req).await.map(|(status, _, body)| (status, body))
+}
+
+/// Send one request on a new connection; status, content type and body.
+pub async fn exchange(port: u16, req: Req) -> Result<(u16, Option<String>, Bytes), String> {
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut b = hyper::Request::builder()
@@ -107,8 +112,9 @@ pub async fn try_send(port: u16, req: Req) -> Result<(u16, Bytes), String> {
         .map_err(|_| "no answer within 10s".to_string())?
         .map_err(|e| format!("{e:?}"))?;
     let status = resp.status().as_u16();
+    let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).map(String::from);
     let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-    Ok((status, body))
+    Ok((status, content_type, body))
 }
 
 /// Poll `check` every 50 ms until it holds or `limit` passes.
