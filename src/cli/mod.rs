@@ -12,7 +12,7 @@ use pingora::services::listening::Service;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::admin::Admin;
-use crate::config::{Config, Overrides, RedisTarget};
+use crate::config::{redact_url, Config, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
 use crate::embedded::EmbeddedRedis;
 use crate::ingress::Ingress;
@@ -120,17 +120,6 @@ fn check(opt: &ConfigOpt) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Hide a password in a Redis URL.
-fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => url.to_string(),
-    }
 }
 
 fn run(opts: RunOpts) -> anyhow::Result<()> {

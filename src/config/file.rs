@@ -28,6 +28,14 @@ pub struct ServerSection {
     pub threads: Option<usize>,
     pub shutdown_grace: Option<String>,
     pub admin_token: Option<String>,
+    #[serde(default)]
+    pub admin_hosts: Vec<String>,
+    #[serde(default)]
+    pub response_url_hosts: Vec<String>,
+    pub header_timeout: Option<String>,
+    pub body_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -101,6 +109,8 @@ pub struct DeliverySection {
     pub retry_max: Option<String>,
     pub give_up_after: Option<String>,
     pub lease: Option<String>,
+    pub dead_ttl: Option<String>,
+    pub dead_max: Option<usize>,
 }
 
 /// A secret may be one string or a list (old and new during rotation).

@@ -4,21 +4,23 @@
 //! arrive together as [`Overrides`] because clap reads both. Every error names the file and the
 //! key path, and secrets are only ever taken from the environment or from a file.
 
+mod app;
 mod duration;
 mod file;
 mod include;
+mod server;
 mod values;
 
 pub use duration::{parse_duration, parse_size};
-use values::{check_addr, check_path, parse_upstream};
-pub use values::{interpolate, Secret, Upstream};
+pub use server::SLACK_HOOKS_HOST;
+pub use values::{interpolate, redact_url, Secret, Upstream};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use file::{AppSection, FileConfig, OneOrMany, SizeValue};
+use file::FileConfig;
 
 /// A configuration error: which file, which key, what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +50,7 @@ pub struct Config {
     pub apps: Vec<Arc<AppConfig>>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     /// Slack-facing listener.
     pub listen: String,
@@ -62,8 +64,26 @@ pub struct ServerConfig {
     pub threads: usize,
     /// On SIGTERM, how long in-flight requests and attempts get before the process exits.
     pub shutdown_grace: Duration,
-    /// When set, the admin API (all but /healthz and /readyz) wants `Authorization: Bearer`.
+    /// When set, the admin API (all but /healthz, /readyz and /metrics) wants
+    /// `Authorization: Bearer`. Required when `admin_listen` is not a loopback address.
     pub admin_token: Option<Secret>,
+    /// Names the admin listener answers to besides IP literals and `localhost` (a request
+    /// with any other `Host` is refused: DNS rebinding).
+    pub admin_hosts: Vec<String>,
+    /// Where a late reply may be posted: `hooks.slack.com` plus configured hosts, each
+    /// `host` (port 443) or `host:port`, over https only.
+    pub response_url_hosts: Vec<String>,
+    pub limits: ListenerLimits,
+}
+
+/// What a Slack-facing connection may cost: time to send its headers and its body, time
+/// idle between requests, and how many may be open at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerLimits {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +135,10 @@ pub struct DeliveryConfig {
     pub give_up_after: Duration,
     /// An entry idle this long in the pending list may be taken by another worker.
     pub lease: Duration,
+    /// Dead letters older than this are dropped (counted and logged).
+    pub dead_ttl: Duration,
+    /// At most this many dead letters per app; the oldest beyond it are dropped.
+    pub dead_max: usize,
 }
 
 /// Which Slack traffic a path carries for an app.
@@ -233,241 +257,6 @@ impl Validator<'_> {
             None => Ok(default),
             Some(text) => parse_duration(text).map_err(|m| self.err(key, m)),
         }
-    }
-
-    fn server(&self, raw: &FileConfig, ov: &Overrides) -> Result<ServerConfig, ConfigError> {
-        let s = &raw.server;
-        let listen = ov.listen.clone().or_else(|| s.listen.clone()).unwrap_or_else(|| "0.0.0.0:3000".into());
-        check_addr(&listen).map_err(|m| self.err("server.listen", m))?;
-        let admin =
-            ov.admin_listen.clone().or_else(|| s.admin_listen.clone()).unwrap_or_else(|| "127.0.0.1:9090".into());
-        let admin_listen = if admin == "off" {
-            None
-        } else {
-            check_addr(&admin).map_err(|m| self.err("server.admin_listen", m))?;
-            if admin.parse::<std::net::SocketAddr>().ok() == listen.parse().ok() {
-                return Err(self.err(
-                    "server.admin_listen",
-                    "must differ from server.listen: the admin API is never on the Slack-facing port",
-                ));
-            }
-            Some(admin)
-        };
-        let max_body = match &s.max_body {
-            None => 1 << 20,
-            Some(SizeValue::Bytes(n)) => usize::try_from(*n).map_err(|_| self.err("server.max_body", "too large"))?,
-            Some(SizeValue::Text(t)) => parse_size(t).map_err(|m| self.err("server.max_body", m))?,
-        };
-        if !(1024..=(64 << 20)).contains(&max_body) {
-            return Err(self.err("server.max_body", "must be between 1KiB and 64MiB"));
-        }
-        let ack_budget = self.duration("server.ack_budget", &s.ack_budget, Duration::from_secs(2))?;
-        if ack_budget.is_zero() || ack_budget > Duration::from_millis(2_900) {
-            return Err(self.err("server.ack_budget", "must be above 0 and at most 2900ms (Slack waits 3 s)"));
-        }
-        let threads = s.threads.unwrap_or(2);
-        if threads == 0 || threads > 256 {
-            return Err(self.err("server.threads", "must be between 1 and 256"));
-        }
-        let shutdown_grace = self.duration("server.shutdown_grace", &s.shutdown_grace, Duration::from_secs(10))?;
-        let admin_token = match &s.admin_token {
-            None => None,
-            Some(t) if !t.contains("${") => {
-                return Err(
-                    self.err("server.admin_token", "write \"${ENV_VAR}\": secrets never live in gateway.toml itself")
-                )
-            }
-            Some(t) => {
-                let value = match interpolate(t) {
-                    Err(_) if self.secrets_optional => String::new(),
-                    r => r.map_err(|m| self.err("server.admin_token", m))?,
-                };
-                if value.len() < 16 && !self.secrets_optional {
-                    return Err(self.err("server.admin_token", "must be at least 16 characters"));
-                }
-                Some(Secret::new(&value))
-            }
-        };
-        Ok(ServerConfig { listen, admin_listen, max_body, ack_budget, threads, shutdown_grace, admin_token })
-    }
-
-    fn redis(&self, raw: &FileConfig, ov: &Overrides) -> Result<RedisConfig, ConfigError> {
-        let r = &raw.redis;
-        let url = match ov.redis_url.clone().or_else(|| r.url.clone()) {
-            None => None,
-            Some(u) => Some(interpolate(&u).map_err(|m| self.err("redis.url", m))?),
-        };
-        let target = match url.as_deref() {
-            None | Some("") | Some("embedded") => RedisTarget::Embedded,
-            Some(u)
-                if u.starts_with("redis://")
-                    || u.starts_with("rediss://")
-                    || u.starts_with("redis+unix://")
-                    || u.starts_with("unix://") =>
-            {
-                RedisTarget::Url(u.to_string())
-            }
-            Some(_) => {
-                return Err(self.err("redis.url", "must be \"embedded\" or a redis://, rediss:// or unix:// URL"))
-            }
-        };
-        let key_prefix = r.key_prefix.clone().unwrap_or_else(|| "slackgate".into());
-        if key_prefix.is_empty() || key_prefix.contains(['{', '}', ' ']) {
-            return Err(self.err("redis.key_prefix", "must be non-empty, without braces or spaces"));
-        }
-        let shards = r.shards.unwrap_or(1);
-        if !(1..=1024).contains(&shards) {
-            return Err(self.err("redis.shards", "must be between 1 and 1024"));
-        }
-        Ok(RedisConfig { target, key_prefix, shards })
-    }
-
-    /// One app; `prefix` is `app[i].` in the main file and empty in an included file.
-    pub(crate) fn app(&self, prefix: &str, a: &AppSection) -> Result<AppConfig, ConfigError> {
-        let key = |k: &str| format!("{prefix}{k}");
-        let name = a.name.clone().ok_or_else(|| self.err(&key("name"), "is required"))?;
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(self.err(&key("name"), "use letters, digits, '-' and '_' only"));
-        }
-        let secrets = match self.secrets(prefix, a) {
-            Err(_) if self.secrets_optional => Vec::new(),
-            r => r?,
-        };
-        let upstream_text = a.upstream.as_deref().ok_or_else(|| self.err(&key("upstream"), "is required"))?;
-        let upstream = parse_upstream(upstream_text).map_err(|m| self.err(&key("upstream"), m))?;
-        let path = |k: &str, v: &Option<String>| -> Result<String, ConfigError> {
-            let p = v.clone().unwrap_or_else(|| "/slack/events".into());
-            check_path(&p).map_err(|m| self.err(&key(k), m))?;
-            Ok(p)
-        };
-        let events_path = path("events_path", &a.events_path)?;
-        let commands_path = path("commands_path", &a.commands_path)?;
-        let interactivity_path = path("interactivity_path", &a.interactivity_path)?;
-        for (j, p) in a.passthrough.iter().enumerate() {
-            check_path(p).map_err(|m| self.err(&key(&format!("passthrough[{j}]")), m))?;
-        }
-        let receipt_ttl = self.duration(&key("dedupe.ttl"), &a.dedupe.ttl, Duration::from_secs(25 * 3600))?;
-        if receipt_ttl < Duration::from_secs(60) {
-            return Err(
-                self.err(&key("dedupe.ttl"), "must be at least 1m (Slack retries for up to 24h with Delayed Events)")
-            );
-        }
-        let delivery = self.delivery(prefix, a)?;
-        let edits_mention_added = match a.dedupe.edits.as_deref() {
-            None | Some("all") => false,
-            Some("mention-added") => true,
-            Some(other) => {
-                return Err(self.err(&key("dedupe.edits"), format!("`{other}`: use \"all\" or \"mention-added\"")))
-            }
-        };
-        let ig = &a.ignore;
-        let rules = crate::slack::Rules {
-            own_messages: ig.own_messages.unwrap_or(true),
-            bot_messages: ig.bot_messages.unwrap_or(false),
-            allow_bots: ig.allow_bots.clone(),
-            subtypes: ig.subtypes.clone(),
-            channels_allow: ig.channels_allow.clone(),
-            channels_deny: ig.channels_deny.clone(),
-            edits_mention_added,
-        };
-        let inline_command = self.inline(&key("inline.command"), &a.inline.command, &delivery)?;
-        let inline_interactivity = self.inline(&key("inline.interactivity"), &a.inline.interactivity, &delivery)?;
-        Ok(AppConfig {
-            name,
-            source: self.file.clone(),
-            label: prefix.trim_end_matches('.').to_string(),
-            secrets,
-            upstream,
-            events_path,
-            commands_path,
-            interactivity_path,
-            passthrough: a.passthrough.clone(),
-            receipt_ttl,
-            message_dedupe: a.dedupe.message.unwrap_or(false),
-            cancel_on_delete: a.dedupe.cancel_on_delete.unwrap_or(false),
-            rules,
-            inline_command,
-            inline_interactivity,
-            delivery,
-        })
-    }
-
-    /// An inline budget: a duration below Slack's 3 s, or "off".
-    fn inline(&self, key: &str, value: &Option<String>, d: &DeliveryConfig) -> Result<Option<Duration>, ConfigError> {
-        let budget = match value.as_deref() {
-            Some("off") => return Ok(None),
-            // The attempt behind the inline answer never outlives one delivery timeout.
-            None => Duration::from_millis(2500).min(d.timeout),
-            Some(text) => parse_duration(text).map_err(|m| self.err(key, m))?,
-        };
-        if budget.is_zero() || budget > Duration::from_millis(2900) {
-            return Err(self.err(key, "must be above 0 and at most 2900ms (Slack waits 3 s), or \"off\""));
-        }
-        if budget > d.timeout {
-            return Err(self.err(key, "must not exceed delivery.timeout"));
-        }
-        Ok(Some(budget))
-    }
-
-    fn secrets(&self, prefix: &str, a: &AppSection) -> Result<Vec<Secret>, ConfigError> {
-        let key = |k: &str| format!("{prefix}{k}");
-        let values: Vec<String> = match (&a.signing_secret, &a.signing_secret_file) {
-            (Some(_), Some(_)) => {
-                return Err(self.err(&key("signing_secret"), "set signing_secret or signing_secret_file, not both"));
-            }
-            (None, None) => return Err(self.err(&key("signing_secret"), "is required (or signing_secret_file)")),
-            (Some(OneOrMany::One(s)), None) => vec![s.clone()],
-            (Some(OneOrMany::Many(v)), None) => v.clone(),
-            (None, Some(f)) => {
-                let p = self.base.map(|b| b.join(f)).unwrap_or_else(|| PathBuf::from(f));
-                let text = std::fs::read_to_string(&p)
-                    .map_err(|e| self.err(&key("signing_secret_file"), format!("cannot read {}: {e}", p.display())))?;
-                text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
-            }
-        };
-        let mut secrets = Vec::new();
-        for (j, v) in values.iter().enumerate() {
-            let k = if values.len() > 1 { key(&format!("signing_secret[{j}]")) } else { key("signing_secret") };
-            if a.signing_secret.is_some() && !v.contains("${") {
-                return Err(self.err(
-                    &k,
-                    "write \"${ENV_VAR}\" (or use signing_secret_file): secrets never live in gateway.toml itself",
-                ));
-            }
-            let value = interpolate(v).map_err(|m| self.err(&k, m))?;
-            if value.is_empty() {
-                return Err(self.err(&k, "is empty"));
-            }
-            secrets.push(Secret::new(&value));
-        }
-        if secrets.is_empty() {
-            return Err(self.err(&key("signing_secret"), "no secret given"));
-        }
-        Ok(secrets)
-    }
-
-    fn delivery(&self, prefix: &str, a: &AppSection) -> Result<DeliveryConfig, ConfigError> {
-        let d = &a.delivery;
-        let key = |k: &str| format!("{prefix}delivery.{k}");
-        let timeout = self.duration(&key("timeout"), &d.timeout, Duration::from_secs(10))?;
-        let retry_initial = self.duration(&key("retry_initial"), &d.retry_initial, Duration::from_secs(1))?;
-        let retry_max = self.duration(&key("retry_max"), &d.retry_max, Duration::from_secs(300))?;
-        let give_up_after = self.duration(&key("give_up_after"), &d.give_up_after, Duration::from_secs(24 * 3600))?;
-        let lease = self.duration(&key("lease"), &d.lease, Duration::from_secs(60).max(timeout * 2))?;
-        let max_in_flight = d.max_in_flight.unwrap_or(32);
-        if timeout.is_zero() {
-            return Err(self.err(&key("timeout"), "must be above 0"));
-        }
-        if lease <= timeout {
-            return Err(self.err(&key("lease"), "must be longer than delivery.timeout"));
-        }
-        if retry_initial.is_zero() || retry_initial > retry_max {
-            return Err(self.err(&key("retry_initial"), "must be above 0 and at most retry_max"));
-        }
-        if !(1..=10_000).contains(&max_in_flight) {
-            return Err(self.err(&key("max_in_flight"), "must be between 1 and 10000"));
-        }
-        Ok(DeliveryConfig { timeout, max_in_flight, retry_initial, retry_max, give_up_after, lease })
     }
 }
 

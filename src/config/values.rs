@@ -47,6 +47,14 @@ impl Secret {
     }
 }
 
+/// Constant-time, so that comparing a presented token leaks nothing through timing.
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        use subtle::ConstantTimeEq;
+        bool::from(self.expose().ct_eq(other.expose()))
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret([redacted])")
@@ -74,6 +82,36 @@ pub(super) fn check_addr(addr: &str) -> Result<(), String> {
     addr.parse::<std::net::SocketAddr>().map(|_| ()).map_err(|_| format!("`{addr}` is not an ip:port address"))
 }
 
+/// A host allow-list entry: `name` or `name:port`, lower-cased; no scheme, path or wildcard.
+pub(super) fn check_host_entry(entry: &str) -> Result<String, String> {
+    let e = entry.trim().to_ascii_lowercase();
+    let (host, port) = match e.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => (h, Some(p)),
+        _ => (e.as_str(), None),
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+    if !host_ok || !port_ok {
+        return Err(format!("`{entry}` is not a host name or host:port (no scheme, path or wildcard)"));
+    }
+    Ok(e)
+}
+
+/// A URL fit for logs and `check`'s output: any password replaced by `***`.
+pub fn redact_url(text: &str) -> String {
+    match url::Url::parse(text) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(_) => text.to_string(),
+        // Not a URL: it may still hold a secret, so show only its scheme-like head.
+        Err(_) => format!("{}…", text.chars().take_while(|c| *c != ':' && *c != '@').collect::<String>()),
+    }
+}
+
 pub(super) fn check_path(p: &str) -> Result<(), String> {
     if !p.starts_with('/') || p.contains(['?', '#', ' ']) {
         return Err(format!("`{p}` must be an absolute path without query"));
@@ -96,7 +134,7 @@ pub(super) fn parse_upstream(text: &str) -> Result<Upstream, String> {
         None => return Err("has no host".into()),
     };
     let port = url.port_or_known_default().ok_or("no port")?;
-    if url.query().is_some() || !url.username().is_empty() {
+    if url.query().is_some() || !url.username().is_empty() || url.password().is_some() {
         return Err("must not carry a query or credentials (the bot's URL is not a secret store)".into());
     }
     let path = match url.path() {

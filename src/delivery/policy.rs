@@ -87,6 +87,8 @@ mod tests {
             retry_max: Duration::from_secs(300),
             give_up_after: Duration::from_secs(3600),
             lease: Duration::from_secs(60),
+            dead_ttl: Duration::from_secs(7 * 86400),
+            dead_max: 100_000,
         }
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use values::parse_upstream;
 
 const FILE: &str = "gateway.toml";
 
@@ -333,3 +334,4 @@ fn server_and_redis_bounds() {
 
 mod apps;
 mod secrets;
+mod limits;

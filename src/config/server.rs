@@ -1,0 +1,163 @@
+//! `[server]` and `[redis]`: the listeners, their limits, the admin API's protection, and where
+//! Redis is.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::file::{FileConfig, SizeValue};
+use super::values::{check_addr, check_host_entry};
+use super::{interpolate, parse_size, ConfigError, Overrides, RedisConfig, RedisTarget, Secret, ServerConfig};
+use super::{ListenerLimits, Validator};
+
+/// Slack's own webhook host: a late reply is only ever posted there (plus configured hosts).
+pub const SLACK_HOOKS_HOST: &str = "hooks.slack.com";
+
+impl Validator<'_> {
+    pub(super) fn server(&self, raw: &FileConfig, ov: &Overrides) -> Result<ServerConfig, ConfigError> {
+        let s = &raw.server;
+        let listen = ov.listen.clone().or_else(|| s.listen.clone()).unwrap_or_else(|| "0.0.0.0:3000".into());
+        check_addr(&listen).map_err(|m| self.err("server.listen", m))?;
+        let admin_listen = self.admin_listen(raw, ov, &listen)?;
+        let max_body = match &s.max_body {
+            None => 1 << 20,
+            Some(SizeValue::Bytes(n)) => usize::try_from(*n).map_err(|_| self.err("server.max_body", "too large"))?,
+            Some(SizeValue::Text(t)) => parse_size(t).map_err(|m| self.err("server.max_body", m))?,
+        };
+        if !(1024..=(64 << 20)).contains(&max_body) {
+            return Err(self.err("server.max_body", "must be between 1KiB and 64MiB"));
+        }
+        let ack_budget = self.duration("server.ack_budget", &s.ack_budget, Duration::from_secs(2))?;
+        if ack_budget.is_zero() || ack_budget > Duration::from_millis(2_900) {
+            return Err(self.err("server.ack_budget", "must be above 0 and at most 2900ms (Slack waits 3 s)"));
+        }
+        let threads = s.threads.unwrap_or(2);
+        if threads == 0 || threads > 256 {
+            return Err(self.err("server.threads", "must be between 1 and 256"));
+        }
+        let shutdown_grace = self.duration("server.shutdown_grace", &s.shutdown_grace, Duration::from_secs(10))?;
+        let admin_token = self.admin_token(&s.admin_token)?;
+        if let Some(addr) = &admin_listen {
+            let loopback = addr.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_loopback());
+            if !loopback && admin_token.is_none() && !self.secrets_optional {
+                return Err(self.err(
+                    "server.admin_listen",
+                    format!(
+                        "`{addr}` is not a loopback address: set server.admin_token = \"${{ENV_VAR}}\" (the admin \
+                         API can replay and purge dead letters), or listen on 127.0.0.1"
+                    ),
+                ));
+            }
+        }
+        let admin_hosts = self.hosts("server.admin_hosts", &s.admin_hosts)?;
+        let mut response_url_hosts = vec![SLACK_HOOKS_HOST.to_string()];
+        response_url_hosts.extend(self.hosts("server.response_url_hosts", &s.response_url_hosts)?);
+        Ok(ServerConfig {
+            listen,
+            admin_listen,
+            max_body,
+            ack_budget,
+            threads,
+            shutdown_grace,
+            admin_token,
+            admin_hosts,
+            response_url_hosts,
+            limits: self.limits(raw)?,
+        })
+    }
+
+    fn admin_listen(&self, raw: &FileConfig, ov: &Overrides, listen: &str) -> Result<Option<String>, ConfigError> {
+        let admin = ov
+            .admin_listen
+            .clone()
+            .or_else(|| raw.server.admin_listen.clone())
+            .unwrap_or_else(|| "127.0.0.1:9090".into());
+        if admin == "off" {
+            return Ok(None);
+        }
+        check_addr(&admin).map_err(|m| self.err("server.admin_listen", m))?;
+        if admin.parse::<SocketAddr>().ok() == listen.parse().ok() {
+            return Err(self.err(
+                "server.admin_listen",
+                "must differ from server.listen: the admin API is never on the Slack-facing port",
+            ));
+        }
+        Ok(Some(admin))
+    }
+
+    fn admin_token(&self, value: &Option<String>) -> Result<Option<Secret>, ConfigError> {
+        let Some(t) = value else { return Ok(None) };
+        if !t.contains("${") {
+            return Err(self.err("server.admin_token", "write \"${ENV_VAR}\": secrets never live in gateway.toml itself"));
+        }
+        let value = match interpolate(t) {
+            Err(_) if self.secrets_optional => String::new(),
+            r => r.map_err(|m| self.err("server.admin_token", m))?,
+        };
+        if value.len() < 16 && !self.secrets_optional {
+            return Err(self.err("server.admin_token", "must be at least 16 characters"));
+        }
+        Ok(Some(Secret::new(&value)))
+    }
+
+    /// Host names (optionally `:port`), lower-cased.
+    fn hosts(&self, key: &str, values: &[String]) -> Result<Vec<String>, ConfigError> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, h)| check_host_entry(h).map_err(|m| self.err(&format!("{key}[{i}]"), m)))
+            .collect()
+    }
+
+    /// Timeouts and the connection cap of the Slack-facing listener.
+    fn limits(&self, raw: &FileConfig) -> Result<ListenerLimits, ConfigError> {
+        let s = &raw.server;
+        let bounded = |key: &str, value: &Option<String>, default: u64| -> Result<Duration, ConfigError> {
+            let d = self.duration(key, value, Duration::from_secs(default))?;
+            if d < Duration::from_millis(100) || d > Duration::from_secs(3600) {
+                return Err(self.err(key, "must be between 100ms and 1h"));
+            }
+            Ok(d)
+        };
+        let max_connections = s.max_connections.unwrap_or(4096);
+        if !(1..=1_000_000).contains(&max_connections) {
+            return Err(self.err("server.max_connections", "must be between 1 and 1000000"));
+        }
+        Ok(ListenerLimits {
+            header_timeout: bounded("server.header_timeout", &s.header_timeout, 10)?,
+            body_timeout: bounded("server.body_timeout", &s.body_timeout, 10)?,
+            idle_timeout: bounded("server.idle_timeout", &s.idle_timeout, 60)?,
+            max_connections,
+        })
+    }
+
+    pub(super) fn redis(&self, raw: &FileConfig, ov: &Overrides) -> Result<RedisConfig, ConfigError> {
+        let r = &raw.redis;
+        let url = match ov.redis_url.clone().or_else(|| r.url.clone()) {
+            None => None,
+            Some(u) => Some(interpolate(&u).map_err(|m| self.err("redis.url", m))?),
+        };
+        let target = match url.as_deref() {
+            None | Some("") | Some("embedded") => RedisTarget::Embedded,
+            Some(u)
+                if u.starts_with("redis://")
+                    || u.starts_with("rediss://")
+                    || u.starts_with("redis+unix://")
+                    || u.starts_with("unix://") =>
+            {
+                RedisTarget::Url(u.to_string())
+            }
+            Some(_) => {
+                return Err(self.err("redis.url", "must be \"embedded\" or a redis://, rediss:// or unix:// URL"))
+            }
+        };
+        let key_prefix = r.key_prefix.clone().unwrap_or_else(|| "slackgate".into());
+        if key_prefix.is_empty() || key_prefix.contains(['{', '}', ' ']) {
+            return Err(self.err("redis.key_prefix", "must be non-empty, without braces or spaces"));
+        }
+        let shards = r.shards.unwrap_or(1);
+        if !(1..=1024).contains(&shards) {
+            return Err(self.err("redis.shards", "must be between 1 and 1024"));
+        }
+        Ok(RedisConfig { target, key_prefix, shards })
+    }
+}
