@@ -5,8 +5,8 @@ use std::sync::LazyLock;
 
 use prometheus::{
     exponential_buckets, register_gauge_vec_with_registry, register_histogram_vec_with_registry,
-    register_int_counter_vec_with_registry, register_int_gauge_vec_with_registry, GaugeVec, HistogramVec,
-    IntCounterVec, IntGaugeVec, Registry,
+    register_int_counter_vec_with_registry, register_int_gauge_vec_with_registry, register_int_gauge_with_registry,
+    GaugeVec, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry,
 };
 
 pub struct Metrics {
@@ -43,6 +43,10 @@ pub struct Metrics {
     pub outbox_dead: IntGaugeVec,
     /// Age of the oldest delivery waiting on the stream (ready or in flight), 0 when none.
     pub outbox_oldest_age_seconds: GaugeVec,
+    /// Slack-facing connections open now.
+    pub connections_open: IntGauge,
+    /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
+    pub connections_closed: IntCounterVec,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -99,6 +103,13 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             r
         )
         .expect("unique metric"),
+        connections_open: register_int_gauge_with_registry!("connections_open", "Slack-facing connections open", r)
+            .expect("unique metric"),
+        connections_closed: counter!(
+            "connections_closed_total",
+            "Slack-facing connections closed by the gateway, by reason",
+            &["reason"]
+        ),
         registry: r,
     }
 });
@@ -108,7 +119,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 pub fn names() -> Vec<String> {
     use prometheus::core::Collector;
     let m = &*METRICS;
-    let collectors: [&dyn Collector; 18] = [
+    let collectors: [&dyn Collector; 20] = [
         &m.requests,
         &m.ack_seconds,
         &m.slack_retries,
@@ -127,6 +138,8 @@ pub fn names() -> Vec<String> {
         &m.outbox_scheduled,
         &m.outbox_dead,
         &m.outbox_oldest_age_seconds,
+        &m.connections_open,
+        &m.connections_closed,
     ];
     let mut names: Vec<String> =
         collectors.iter().flat_map(|c| c.desc()).map(|d| format!("slackgate_{}", d.fq_name)).collect();

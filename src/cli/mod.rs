@@ -15,7 +15,7 @@ use crate::admin::Admin;
 use crate::config::{redact_url, Config, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
 use crate::embedded::EmbeddedRedis;
-use crate::ingress::Ingress;
+use crate::ingress::{Guarded, Ingress};
 use crate::live::Live;
 
 mod ops;
@@ -159,8 +159,8 @@ fn run(opts: RunOpts) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(Some(opt), conf);
     server.bootstrap();
 
-    let mut ingress =
-        pingora::proxy::http_proxy_service(&server.configuration, Ingress::new(live.clone(), redis_url.clone()));
+    let proxy = pingora::proxy::http_proxy(&server.configuration, Ingress::new(live.clone(), redis_url.clone()));
+    let mut ingress = Service::new("ingress".into(), Guarded::new(proxy, config.server.limits));
     ingress.add_tcp(&config.server.listen);
     server.add_service(ingress);
     server.add_service(background_service("delivery", DeliveryService::new(live.clone(), redis_url.clone())));

@@ -3,7 +3,11 @@
 //! reverse-proxied to the app's bot. Every answer here is decided by [`Ingress::answer`]; the
 //! trait methods only move bytes.
 
+mod conn;
 mod inline;
+mod passthrough;
+
+pub use conn::Guarded;
 
 use crate::live::Live;
 use std::borrow::Cow;
@@ -11,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
@@ -96,12 +100,20 @@ impl Ingress {
         if session.req_header().method != http::Method::POST {
             return Answer::text(405, "unknown", "bad_method", "method not allowed\n");
         }
-        let body = match read_body(session, self.config.server.max_body).await {
-            Ok(b) => b,
-            Err(answer) => return answer,
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+        let (ts, sig) = (single_header(session, "x-slack-request-timestamp"), single_header(session, "x-slack-signature"));
+        // Unsigned, stale or malformed: refused before a byte of the body is buffered.
+        if let Err(e) = slack::precheck(ts, sig, now) {
+            audit.reason = e.to_string();
+            return Answer::text(401, "unknown", "unauthorized", "invalid signature\n");
+        }
+        let limits = &self.config.server;
+        let body = match tokio::time::timeout(limits.limits.body_timeout, read_body(session, limits.max_body)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(answer)) => return answer,
+            Err(_) => return Answer::text(408, "unknown", "body_timeout", "request body too slow\n"),
         };
         let header = |name: &str| single_header(session, name);
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
         if let Err(e) =
             slack::verify(&app.secrets, header("x-slack-request-timestamp"), header("x-slack-signature"), &body, now)
         {
@@ -279,16 +291,21 @@ async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Answer> {
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());
     }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+    // Memory grows with the bytes that arrive, never with what Content-Length claims; a body
+    // that came in one chunk (the common case) is kept as it is, without a copy.
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut total = 0;
     loop {
         match session.read_request_body().await {
             Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > max {
+                total += chunk.len();
+                if total > max {
                     return Err(too_large());
                 }
-                body.extend_from_slice(&chunk);
+                chunks.push(chunk);
             }
-            Ok(None) => return Ok(body.freeze()),
+            Ok(None) if chunks.len() <= 1 => return Ok(chunks.pop().unwrap_or_default()),
+            Ok(None) => return Ok(chunks.concat().into()),
             Err(_) => return Err(Answer::text(400, "unknown", "bad_request", "cannot read body\n")),
         }
     }
@@ -320,11 +337,16 @@ impl ProxyHttp for Ingress {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let started = Instant::now();
         let _in_flight = crate::drain::REQUESTS.enter();
+        // The connection's watchdog (`conn`) closes idle connections at `idle_timeout`; Pingora's
+        // own keep-alive timer is set past it, as a backstop only.
+        session.set_keepalive(Some(self.config.server.limits.idle_timeout.as_secs() + 2));
         let snapshot = self.live.get();
         let route = snapshot.route(session.req_header().uri.path());
         let (app, answer) = match route {
             Some((app, RouteKind::Passthrough)) => {
                 ctx.app = Some(app.clone());
+                // Pingora streams a passthrough body itself; bound each read of it.
+                session.set_read_timeout(Some(self.config.server.limits.body_timeout));
                 return Ok(false);
             }
             Some((app, RouteKind::Slack)) => (app.name.as_str(), self.answer(session, app, &mut ctx.audit).await),
@@ -358,20 +380,17 @@ impl ProxyHttp for Ingress {
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let app = ctx.app.as_ref().ok_or_else(|| Error::new(ErrorType::InternalError))?;
-        let up = &app.upstream;
-        let peer = HttpPeer::new((up.host.as_str(), up.port), up.tls, up.host.clone());
-        Ok(Box::new(peer))
+        passthrough::peer(app).await
     }
 
     async fn upstream_request_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         req: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if let Some(app) = &ctx.app {
-            req.insert_header("Host", app.upstream.authority())?;
-        }
-        Ok(())
+        let app = ctx.app.as_ref().ok_or_else(|| Error::new(ErrorType::InternalError))?;
+        let client = session.client_addr().and_then(|a| a.as_inet()).copied();
+        passthrough::rewrite(req, &app.upstream, client)
     }
 }

@@ -7,7 +7,7 @@ pub mod verify;
 
 pub use classify::{classify, ClassifyError, Delivery, Kind, Message, Request};
 pub use filter::{deleted_message_key, ignore_reason, message_key, Rules};
-pub use verify::{sign, verify, VerifyError};
+pub use verify::{precheck, sign, verify, VerifyError};
 
 /// How a bot's late answer to a slash command or block action is posted to `response_url`:
 /// JSON as is, anything else wrapped as `{"text": …}`. `None` for an empty answer.

@@ -7,6 +7,7 @@ mod bad_input;
 mod bolt;
 mod cli;
 mod dedupe;
+mod edges;
 mod delivery;
 mod fence;
 mod interactive;

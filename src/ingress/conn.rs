@@ -1,0 +1,383 @@
+//! What one Slack-facing connection may cost. Pingora bounds each *read* of a request, not the
+//! whole of it, and puts no cap on open connections, so a client sending one header byte a
+//! minute, or a thousand idle sockets, would hold the gateway's memory and file descriptors
+//! for as long as it likes. [`Guarded`] wraps Pingora's HTTP app and gives each connection:
+//!
+//! - `header_timeout` to send its complete request headers (from the connection's start, or
+//!   from the first byte of a later request on a kept-alive connection);
+//! - `idle_timeout` between the end of one answer and the first byte of the next request;
+//! - a place among at most `max_connections`: the excess is closed at once, unanswered.
+//!
+//! The body has its own deadline, `body_timeout`, enforced where the body is read (the
+//! ingress, and Pingora's per-read timeout on passthrough). A connection past a deadline is
+//! dropped by cancelling its task: nothing is half-recorded (a request in its header phase has
+//! done nothing yet) and no error line is written per slow client; they are counted in
+//! `slackgate_connections_closed_total{reason}`.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::apps::ServerApp;
+use pingora::protocols::{
+    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, Ssl, Stream, UniqueID, UniqueIDType,
+};
+use pingora::server::ShutdownWatch;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::config::ListenerLimits;
+use crate::metrics::METRICS;
+
+/// Why the gateway closed a connection itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    HeaderTimeout,
+    IdleTimeout,
+    OverLimit,
+}
+
+impl Closed {
+    pub const ALL: [Closed; 3] = [Closed::HeaderTimeout, Closed::IdleTimeout, Closed::OverLimit];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            Closed::HeaderTimeout => "header_timeout",
+            Closed::IdleTimeout => "idle_timeout",
+            Closed::OverLimit => "over_limit",
+        }
+    }
+}
+
+/// Pingora's HTTP app (`A`), with the limits above around every connection.
+pub struct Guarded<A> {
+    inner: Arc<A>,
+    limits: ListenerLimits,
+    open: AtomicUsize,
+}
+
+impl<A> Guarded<A> {
+    pub fn new(inner: A, limits: ListenerLimits) -> Self {
+        Guarded { inner: Arc::new(inner), limits, open: AtomicUsize::new(0) }
+    }
+}
+
+/// One open connection, counted until dropped.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+        METRICS.connections_open.dec();
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
+    async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+        if self.open.fetch_add(1, Ordering::Relaxed) >= self.limits.max_connections {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+            METRICS.connections_closed.with_label_values(&[Closed::OverLimit.as_label()]).inc();
+            return None;
+        }
+        METRICS.connections_open.inc();
+        let _slot = Slot(&self.open);
+        let clock = Arc::new(Clock::new(self.limits.header_timeout));
+        let guarded = GuardedStream { inner: stream, clock: clock.clone(), limits: self.limits };
+        let watchdog = async {
+            let reason = clock.expired().await;
+            // Counted before the connection is dropped, so the count is there when it closes.
+            METRICS.connections_closed.with_label_values(&[reason.as_label()]).inc();
+        };
+        tokio::select! {
+            // The inner app loops over the connection's kept-alive requests itself and only
+            // returns when the connection is done.
+            _ = self.inner.process_new(Box::new(guarded), shutdown) => {}
+            _ = watchdog => {}
+        }
+        None
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await;
+    }
+}
+
+/// Where a connection is in its request cycle, as seen from its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Phase {
+    /// Waiting for the first byte of the next request (`idle_timeout`).
+    Idle = 0,
+    /// Inside the request headers (`header_timeout`).
+    Headers = 1,
+    /// Headers complete: the body and the answer are the app's to bound.
+    Open = 2,
+    /// An answer was written; the next read starts the next request's wait.
+    Answered = 3,
+}
+
+/// The deadline of one connection, shared by its stream (which moves it as bytes flow) and
+/// its watchdog (which closes the connection when it passes).
+struct Clock {
+    start: Instant,
+    phase: AtomicU8,
+    /// Milliseconds after `start`; `u64::MAX` when no deadline is armed.
+    deadline_ms: AtomicU64,
+    changed: Notify,
+    /// The end-of-headers scan: how much of `\n` `[\r]` `\n` has been seen.
+    scan: AtomicU8,
+}
+
+const NO_DEADLINE: u64 = u64::MAX;
+
+impl Clock {
+    fn new(header_timeout: Duration) -> Self {
+        Clock {
+            start: Instant::now(),
+            phase: AtomicU8::new(Phase::Headers as u8),
+            deadline_ms: AtomicU64::new(header_timeout.as_millis() as u64),
+            changed: Notify::new(),
+            scan: AtomicU8::new(0),
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Relaxed) {
+            0 => Phase::Idle,
+            1 => Phase::Headers,
+            2 => Phase::Open,
+            _ => Phase::Answered,
+        }
+    }
+
+    /// Enter `phase` with a deadline `after` from now (or none).
+    fn enter(&self, phase: Phase, after: Option<Duration>) {
+        self.phase.store(phase as u8, Ordering::Relaxed);
+        let deadline = after.map_or(NO_DEADLINE, |d| (self.start.elapsed() + d).as_millis() as u64);
+        self.deadline_ms.store(deadline, Ordering::Relaxed);
+        if after.is_some() {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Resolves when the armed deadline passes, with the reason.
+    async fn expired(&self) -> Closed {
+        loop {
+            let deadline = self.deadline_ms.load(Ordering::Relaxed);
+            if deadline == NO_DEADLINE {
+                self.changed.notified().await;
+                continue;
+            }
+            let at = self.start + Duration::from_millis(deadline);
+            tokio::select! {
+                _ = tokio::time::sleep_until(at) => {}
+                _ = self.changed.notified() => continue,
+            }
+            // Still the same deadline: nothing moved the connection on in time.
+            if self.deadline_ms.load(Ordering::Relaxed) == deadline {
+                return match self.phase() {
+                    Phase::Idle | Phase::Answered => Closed::IdleTimeout,
+                    Phase::Headers | Phase::Open => Closed::HeaderTimeout,
+                };
+            }
+        }
+    }
+
+    /// Feed request bytes to the end-of-headers scan; `true` once an empty line is seen
+    /// (`\r\n\r\n`, or bare `\n\n`, which the HTTP parser also accepts).
+    fn headers_end_in(&self, bytes: &[u8]) -> bool {
+        let mut state = self.scan.load(Ordering::Relaxed);
+        for &b in bytes {
+            state = match (state, b) {
+                (_, b'\n') if state >= 1 => {
+                    self.scan.store(0, Ordering::Relaxed);
+                    return true;
+                }
+                (_, b'\n') => 1,
+                (1, b'\r') => 2,
+                _ => 0,
+            };
+        }
+        self.scan.store(state, Ordering::Relaxed);
+        false
+    }
+}
+
+/// The connection's stream, reporting its progress to its [`Clock`].
+struct GuardedStream {
+    inner: Stream,
+    clock: Arc<Clock>,
+    limits: ListenerLimits,
+}
+
+impl std::fmt::Debug for GuardedStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedStream").field("inner", &self.inner).finish()
+    }
+}
+
+impl GuardedStream {
+    fn on_read(&self, bytes: &[u8]) {
+        let clock = &self.clock;
+        let mut phase = clock.phase();
+        if phase == Phase::Idle && !bytes.is_empty() {
+            clock.enter(Phase::Headers, Some(self.limits.header_timeout));
+            phase = Phase::Headers;
+        }
+        if phase == Phase::Headers && clock.headers_end_in(bytes) {
+            clock.enter(Phase::Open, None);
+        }
+    }
+}
+
+impl AsyncRead for GuardedStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if self.clock.phase() == Phase::Answered {
+            // Reading again after an answer: the next request's wait has begun.
+            self.clock.enter(Phase::Idle, Some(self.limits.idle_timeout));
+        }
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &poll {
+            self.on_read(&buf.filled()[before..]);
+        }
+        poll
+    }
+}
+
+impl AsyncWrite for GuardedStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) && self.clock.phase() == Phase::Open {
+            self.clock.enter(Phase::Answered, None);
+        }
+        poll
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) && self.clock.phase() == Phase::Open {
+            self.clock.enter(Phase::Answered, None);
+        }
+        poll
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+// Everything else is the wrapped stream's.
+
+#[async_trait]
+impl Shutdown for GuardedStream {
+    async fn shutdown(&mut self) {
+        self.inner.shutdown().await
+    }
+}
+
+impl UniqueID for GuardedStream {
+    fn id(&self) -> UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl Ssl for GuardedStream {
+    fn get_ssl(&self) -> Option<&pingora::protocols::tls::TlsRef> {
+        self.inner.get_ssl()
+    }
+    fn get_ssl_digest(&self) -> Option<Arc<pingora::protocols::tls::SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+    fn selected_alpn_proto(&self) -> Option<pingora::protocols::ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
+
+impl GetTimingDigest for GuardedStream {
+    fn get_timing_digest(&self) -> Vec<Option<pingora::protocols::TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+    fn get_read_pending_time(&self) -> Duration {
+        self.inner.get_read_pending_time()
+    }
+    fn get_write_pending_time(&self) -> Duration {
+        self.inner.get_write_pending_time()
+    }
+}
+
+impl GetProxyDigest for GuardedStream {
+    fn get_proxy_digest(&self) -> Option<Arc<pingora::protocols::raw_connect::ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+    fn set_proxy_digest(&mut self, digest: pingora::protocols::raw_connect::ProxyDigest) {
+        self.inner.set_proxy_digest(digest)
+    }
+}
+
+impl GetSocketDigest for GuardedStream {
+    fn get_socket_digest(&self) -> Option<Arc<pingora::protocols::SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+    fn set_socket_digest(&mut self, digest: pingora::protocols::SocketDigest) {
+        self.inner.set_socket_digest(digest)
+    }
+}
+
+#[async_trait]
+impl Peek for GuardedStream {
+    async fn try_peek(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
+        self.inner.try_peek(buf).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_end_of_headers_is_found_across_reads() {
+        let c = Clock::new(Duration::from_secs(1));
+        assert!(!c.headers_end_in(b"POST / HTTP/1.1\r\nHost: a\r\n"));
+        assert!(!c.headers_end_in(b"\r"));
+        assert!(c.headers_end_in(b"\nbody"));
+        assert!(c.headers_end_in(b"GET / HTTP/1.1\nHost: a\n\n"), "bare LF");
+        assert!(!c.headers_end_in(b"GET / HTTP/1.1\r\nA: \rb\r\n"));
+        assert!(c.headers_end_in(b"\r\n"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_fires_only_when_nothing_moved_it() {
+        let c = Arc::new(Clock::new(Duration::from_secs(10)));
+        let watch = tokio::spawn({
+            let c = c.clone();
+            async move { c.expired().await }
+        });
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        c.enter(Phase::Open, None);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert!(!watch.is_finished(), "no deadline while the app owns the request");
+        c.enter(Phase::Idle, Some(Duration::from_secs(60)));
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert!(!watch.is_finished());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(watch.await.unwrap(), Closed::IdleTimeout);
+    }
+}
