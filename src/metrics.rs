@@ -166,7 +166,7 @@ pub fn attempt_observed(
     METRICS.attempt_seconds.with_label_values(&[app]).observe(took.as_secs_f64());
     let class = match result {
         Ok(r) => status_class(r.status),
-        Err(crate::upstream::SendError::Timeout) => "timeout",
+        Err(crate::upstream::SendError::Timeout | crate::upstream::SendError::ConnectTimeout(_)) => "timeout",
         Err(_) => "error",
     };
     METRICS.upstream_responses.with_label_values(&[app, class]).inc();

@@ -1,14 +1,20 @@
-//! One pooled HTTP client toward the bots (Pingora's connector: keep-alive pool, rustls with the
-//! system's roots and SNI). It re-signs each delivery with a fresh timestamp, so a late delivery
-//! still passes the bot's own five-minute check, and sends exactly the bytes Slack sent.
+//! One pooled HTTP client toward the bots and Slack's `response_url`s (hyper's pooled client,
+//! rustls with the system's roots and SNI, names resolved on the blocking pool). It re-signs
+//! each delivery with a fresh timestamp, so a late delivery still passes the bot's own
+//! five-minute check, and sends exactly the bytes Slack sent.
+//!
+//! Not Pingora's connector: its pool hands a kept-alive connection from one runtime's idle
+//! watcher to another thread racily and logs `failed to acquire reusable stream` at ERROR for
+//! ordinary traffic (pingora-core 0.9 `connectors/mod.rs`).
 
-use std::net::SocketAddr;
+use std::error::Error as StdError;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
-use pingora::connectors::http::Connector;
-use pingora::http::RequestHeader;
-use pingora::upstreams::peer::HttpPeer;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
 use crate::config::{Secret, Upstream};
 use crate::slack;
@@ -16,17 +22,69 @@ use crate::slack;
 /// Bodies the bot answers with are read up to this size (Slack's own reply limits are smaller).
 const MAX_RESPONSE_BODY: usize = 1 << 20;
 const POOL_IDLE: Duration = Duration::from_secs(60);
+/// A peer that has not accepted a connection by then is unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// Why an attempt got no answer. The message is short (it goes into logs and the dead-letter
+/// record); the source chain keeps the details.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    #[error("cannot resolve {0}")]
-    Resolve(String),
-    #[error("connect: {0}")]
-    Connect(String),
+    #[error("cannot resolve the host")]
+    Resolve(#[source] BoxError),
+    #[error("connection refused")]
+    Refused(#[source] BoxError),
+    #[error("connect timed out")]
+    ConnectTimeout(#[source] BoxError),
+    #[error("cannot connect")]
+    Connect(#[source] BoxError),
     #[error("timed out")]
     Timeout,
-    #[error("i/o: {0}")]
-    Io(String),
+    #[error("connection failed during the exchange")]
+    Io(#[source] BoxError),
+    #[error("response body over 1 MiB")]
+    TooLarge,
+    #[error("bad request: {0}")]
+    Request(String),
+}
+
+impl SendError {
+    /// A small fixed label for metrics and state-change logs.
+    pub fn as_label(&self) -> &'static str {
+        match self {
+            SendError::Resolve(_) => "resolve",
+            SendError::Refused(_) => "refused",
+            SendError::ConnectTimeout(_) => "connect_timeout",
+            SendError::Connect(_) => "connect",
+            SendError::Timeout => "timeout",
+            SendError::Io(_) => "io",
+            SendError::TooLarge => "too_large",
+            SendError::Request(_) => "request",
+        }
+    }
+
+    /// Sort a client error by what went wrong, keeping it as the source.
+    fn from_client(e: hyper_util::client::legacy::Error) -> SendError {
+        if !e.is_connect() {
+            return SendError::Io(e.into());
+        }
+        let mut source: Option<&(dyn StdError + 'static)> = e.source();
+        while let Some(s) = source {
+            if let Some(io) = s.downcast_ref::<std::io::Error>() {
+                match io.kind() {
+                    std::io::ErrorKind::ConnectionRefused => return SendError::Refused(e.into()),
+                    std::io::ErrorKind::TimedOut => return SendError::ConnectTimeout(e.into()),
+                    _ => {}
+                }
+            }
+            if s.to_string().contains("dns error") {
+                return SendError::Resolve(e.into());
+            }
+            source = s.source();
+        }
+        SendError::Connect(e.into())
+    }
 }
 
 /// One delivery attempt toward the bot.
@@ -51,7 +109,7 @@ pub struct Response {
 }
 
 pub struct UpstreamClient {
-    connector: Connector,
+    http: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl Default for UpstreamClient {
@@ -62,128 +120,126 @@ impl Default for UpstreamClient {
 
 impl UpstreamClient {
     pub fn new() -> Self {
-        UpstreamClient { connector: Connector::new(None) }
+        pingora::tls::install_default_crypto_provider();
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let builder = builder.with_native_roots().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "no system root certificates: https upstreams will fail");
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
+                rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth(),
+            )
+        });
+        let https = builder.https_or_http().enable_http1().wrap_connector(http);
+        let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(POOL_IDLE).build(https);
+        UpstreamClient { http }
     }
 
     /// Send one attempt; the whole exchange is bounded by `timeout`.
     pub async fn send(&self, req: Outgoing<'_>, timeout: Duration) -> Result<Response, SendError> {
-        match tokio::time::timeout(timeout, self.attempt(req, timeout)).await {
-            Ok(r) => r,
-            Err(_) => Err(SendError::Timeout),
-        }
+        let request = signed_request(&req)?;
+        self.exchange(request, timeout).await
     }
 
     /// POST a JSON reply to a Slack `response_url` (no Slack signature: that is for bots).
-    pub async fn post_json(&self, url: &str, json: Bytes, timeout: Duration) -> Result<Response, SendError> {
-        let upstream = Upstream::parse(url).map_err(|e| SendError::Connect(format!("response_url {e}")))?;
-        let path = upstream.path.clone().unwrap_or_else(|| "/".into());
-        let bad = |e: Box<pingora::Error>| SendError::Io(e.to_string());
-        let mut h = RequestHeader::build("POST", path.as_bytes(), Some(4)).map_err(bad)?;
-        for (name, value) in [
-            ("Host", upstream.authority()),
-            ("Content-Type", "application/json".to_string()),
-            ("Content-Length", json.len().to_string()),
-        ] {
-            h.insert_header(name, value).map_err(bad)?;
-        }
-        let call = self.exchange(&upstream, h, json, timeout);
+    /// The URL must have passed [`slack::check_response_url`].
+    pub async fn post_json(&self, url: &url::Url, json: Bytes, timeout: Duration) -> Result<Response, SendError> {
+        let request = http::Request::post(url.as_str())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(json))
+            .map_err(|e| SendError::Request(e.to_string()))?;
+        self.exchange(request, timeout).await
+    }
+
+    async fn exchange(&self, request: http::Request<Full<Bytes>>, timeout: Duration) -> Result<Response, SendError> {
+        let call = async {
+            let resp = self.http.request(request).await.map_err(SendError::from_client)?;
+            let (head, body) = resp.into_parts();
+            let body = Limited::new(body, MAX_RESPONSE_BODY).collect().await.map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    SendError::TooLarge
+                } else {
+                    SendError::Io(e)
+                }
+            })?;
+            Ok(Response {
+                status: head.status.as_u16(),
+                content_type: head.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(String::from),
+                body: body.to_bytes(),
+                retry_after: head
+                    .headers
+                    .get(http::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs),
+            })
+        };
         tokio::time::timeout(timeout, call).await.unwrap_or(Err(SendError::Timeout))
     }
-
-    /// Post a bot's late answer to a slash command or block action to its `response_url`,
-    /// once; a failure is counted, not retried (the URL is valid 5 times in 30 minutes).
-    pub async fn post_late_reply(&self, app: &str, url: &str, content_type: Option<&str>, body: &[u8]) {
-        let Some(json) = crate::slack::late_reply(content_type, body) else { return };
-        let outcome = match self.post_json(url, Bytes::from(json), Duration::from_secs(5)).await {
-            Ok(r) if (200..300).contains(&r.status) => "posted",
-            Ok(r) => {
-                tracing::warn!(status = r.status, "response_url refused the late reply");
-                "failed"
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot post the late reply to response_url");
-                "failed"
-            }
-        };
-        crate::metrics::METRICS.response_url_posts.with_label_values(&[app, outcome]).inc();
-    }
-
-    async fn attempt(&self, req: Outgoing<'_>, timeout: Duration) -> Result<Response, SendError> {
-        let header = request_header(&req)?;
-        self.exchange(req.upstream, header, req.body, timeout).await
-    }
-
-    async fn exchange(
-        &self,
-        upstream: &Upstream,
-        header: RequestHeader,
-        body: Bytes,
-        timeout: Duration,
-    ) -> Result<Response, SendError> {
-        let peer = peer_for(upstream, timeout).await?;
-        let (mut session, _reused) =
-            self.connector.get_http_session(&peer).await.map_err(|e| SendError::Connect(e.to_string()))?;
-        let io = |e: Box<pingora::Error>| SendError::Io(e.to_string());
-        session.write_request_header(Box::new(header)).await.map_err(io)?;
-        session.write_request_body(body, true).await.map_err(io)?;
-        session.finish_request_body().await.map_err(io)?;
-        session.read_response_header().await.map_err(io)?;
-        let head = session.response_header().ok_or_else(|| SendError::Io("no response header".into()))?;
-        let status = head.status.as_u16();
-        let content_type = head.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(String::from);
-        let retry_after = head
-            .headers
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let mut body = BytesMut::new();
-        while let Some(chunk) = session.read_response_body().await.map_err(io)? {
-            if body.len() + chunk.len() > MAX_RESPONSE_BODY {
-                return Err(SendError::Io("response body too large".into()));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        self.connector.release_http_session(session, &peer, Some(POOL_IDLE)).await;
-        Ok(Response { status, content_type, body: body.freeze(), retry_after })
-    }
 }
 
-async fn peer_for(up: &Upstream, timeout: Duration) -> Result<HttpPeer, SendError> {
-    let addr: SocketAddr = match up.host.parse::<std::net::IpAddr>() {
-        Ok(ip) => SocketAddr::new(ip, up.port),
-        Err(_) => tokio::net::lookup_host((up.host.as_str(), up.port))
-            .await
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| SendError::Resolve(up.host.clone()))?,
-    };
-    let mut peer = HttpPeer::new(addr, up.tls, up.host.clone());
-    peer.options.connection_timeout = Some(timeout.min(Duration::from_secs(5)));
-    peer.options.read_timeout = Some(timeout);
-    peer.options.write_timeout = Some(timeout);
-    peer.options.idle_timeout = Some(POOL_IDLE);
-    Ok(peer)
-}
-
-fn request_header(req: &Outgoing<'_>) -> Result<RequestHeader, SendError> {
+/// The request Slack would have sent the bot, signed now.
+fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, SendError> {
     let path = req.upstream.path.as_deref().unwrap_or(req.path);
-    let bad = |e: Box<pingora::Error>| SendError::Io(e.to_string());
-    let mut h = RequestHeader::build("POST", path.as_bytes(), Some(8)).map_err(bad)?;
+    let scheme = if req.upstream.tls { "https" } else { "http" };
+    let uri = format!("{scheme}://{}{path}", req.upstream.authority());
     let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs().to_string();
     let signature = slack::sign(req.secret.expose(), &ts, &req.body);
-    let headers: [(&str, String); 8] = [
-        ("Host", req.upstream.authority()),
-        ("Content-Type", req.content_type.to_string()),
-        ("Content-Length", req.body.len().to_string()),
-        ("User-Agent", "Slackbot 1.0 (+https://api.slack.com/robots)".into()),
-        ("X-Slack-Request-Timestamp", ts),
-        ("X-Slack-Signature", signature),
-        ("X-Slackgate-Delivery", req.delivery_id.to_string()),
-        ("X-Slackgate-Attempt", req.attempt.to_string()),
-    ];
-    for (name, value) in headers {
-        h.insert_header(name, value).map_err(bad)?;
+    http::Request::post(uri)
+        .header(http::header::CONTENT_TYPE, req.content_type)
+        .header(http::header::USER_AGENT, "Slackbot 1.0 (+https://api.slack.com/robots)")
+        .header("X-Slack-Request-Timestamp", ts)
+        .header("X-Slack-Signature", signature)
+        .header("X-Slackgate-Delivery", req.delivery_id)
+        .header("X-Slackgate-Attempt", req.attempt.to_string())
+        .body(Full::new(req.body.clone()))
+        .map_err(|e| SendError::Request(e.to_string()))
+}
+
+/// What became of a bot's late answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyOutcome {
+    Posted,
+    /// Slack refused it or could not be reached; not retried (the URL is valid 5 times).
+    Failed,
+    /// The payload's `response_url` is not Slack's: never requested.
+    Refused,
+}
+
+impl ReplyOutcome {
+    pub const ALL: [ReplyOutcome; 3] = [ReplyOutcome::Posted, ReplyOutcome::Failed, ReplyOutcome::Refused];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            ReplyOutcome::Posted => "posted",
+            ReplyOutcome::Failed => "failed",
+            ReplyOutcome::Refused => "refused",
+        }
     }
-    Ok(h)
+}
+
+/// Post a bot's late answer to a slash command or block action to its `response_url`, once,
+/// and only when that URL is Slack's (`allowed`); counted and audited. An empty answer posts
+/// nothing.
+pub async fn post_late_reply(
+    client: &UpstreamClient,
+    app: &str,
+    url: &str,
+    allowed: &[String],
+    content_type: Option<&str>,
+    body: &[u8],
+) {
+    let Some(json) = slack::late_reply(content_type, body) else { return };
+    let (outcome, detail) = match slack::check_response_url(url, allowed) {
+        Err(refused) => (ReplyOutcome::Refused, refused.to_string()),
+        Ok(url) => match client.post_json(&url, Bytes::from(json), Duration::from_secs(5)).await {
+            Ok(r) if (200..300).contains(&r.status) => (ReplyOutcome::Posted, String::new()),
+            Ok(r) => (ReplyOutcome::Failed, format!("status {}", r.status)),
+            Err(e) => (ReplyOutcome::Failed, e.to_string()),
+        },
+    };
+    crate::metrics::METRICS.response_url_posts.with_label_values(&[app, outcome.as_label()]).inc();
+    tracing::info!(target: "slackgate::audit", outcome = outcome.as_label(), detail, "late reply");
 }

@@ -75,6 +75,7 @@ impl DeliveryService {
                     client: client.clone(),
                     permits: permits.clone(),
                     consumer: self.consumer.clone(),
+                    response_url_hosts: config.server.response_url_hosts.clone().into(),
                 });
                 tasks.spawn(read_loop(s.clone(), self.redis_url.clone(), stop.clone()));
                 tasks.spawn(maintain_loop(s, stop.clone()));
@@ -93,6 +94,8 @@ struct Shard {
     client: Arc<UpstreamClient>,
     permits: Arc<Semaphore>,
     consumer: String,
+    /// Where a late reply may go (`[server] response_url_hosts`).
+    response_url_hosts: Arc<[String]>,
 }
 
 #[async_trait]
@@ -317,7 +320,9 @@ async fn attempt(s: &Shard, lease: Lease) {
                 // A command's or block action's answer cannot reach Slack in the request any more.
                 if slack::replies_late(stored.kind, &stored.detail) && !stored.response_url.is_empty() {
                     let ct = resp.content_type.as_deref();
-                    s.client.post_late_reply(app, &stored.response_url, ct, &resp.body).await;
+                    let allowed = &s.response_url_hosts;
+                    crate::upstream::post_late_reply(&s.client, app, &stored.response_url, allowed, ct, &resp.body)
+                        .await;
                 }
             }
             info!(target: "slackgate::audit", attempt = attempt_no, outcome, status, error = %error, latency_ms, next_retry_ms, "attempt");

@@ -36,6 +36,8 @@ pub struct InlineJob {
     pub kind: Kind,
     pub detail: String,
     pub response_url: Option<String>,
+    /// Where a late reply may go (`[server] response_url_hosts`).
+    pub response_url_hosts: Arc<[String]>,
     pub path: String,
     pub content_type: String,
     pub body: Bytes,
@@ -135,6 +137,8 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
     METRICS.inline.with_label_values(&[app, label, "late"]).inc();
     let (Some(resp), Some(url)) = (late, job.response_url.as_deref()) else { return };
     if (200..300).contains(&resp.status) && slack::replies_late(job.kind, &job.detail) {
-        job.client.post_late_reply(app, url, resp.content_type.as_deref(), &resp.body).await;
+        let allowed = &job.response_url_hosts;
+        crate::upstream::post_late_reply(&job.client, app, url, allowed, resp.content_type.as_deref(), &resp.body)
+            .await;
     }
 }

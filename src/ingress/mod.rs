@@ -37,6 +37,7 @@ pub struct Ingress {
     client: Arc<UpstreamClient>,
     /// Created on first use, on this service's runtime (see `outbox::connect_lazy`).
     store: OnceLock<Store>,
+    response_url_hosts: Arc<[String]>,
 }
 
 /// Per-request state: which app the path belongs to, for passthrough and logging.
@@ -78,8 +79,10 @@ impl Answer {
 
 impl Ingress {
     pub fn new(live: Arc<Live>, redis_url: String) -> Self {
+        let config = live.get().config.clone();
         Ingress {
-            config: live.get().config.clone(),
+            response_url_hosts: config.server.response_url_hosts.clone().into(),
+            config,
             live,
             redis_url,
             client: Arc::new(UpstreamClient::new()),
@@ -253,6 +256,7 @@ impl Ingress {
                     kind: d.kind,
                     detail: d.detail,
                     response_url: d.response_url,
+                    response_url_hosts: self.response_url_hosts.clone(),
                     content_type: String::from_utf8_lossy(&ct).into_owned(),
                     body,
                     received_ms,

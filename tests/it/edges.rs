@@ -125,6 +125,17 @@ async fn slow_and_idle_connections_are_dropped_on_time_while_events_are_acked() 
     assert!(metrics.contains("outcome=\"body_timeout\""), "slow bodies answered 408 and counted");
 }
 
+/// One sample from the gateway's /metrics (the first series whose line starts with `series`).
+async fn metric(gw: &Gateway, series: &str) -> f64 {
+    let body = send(gw.admin_port, get("/metrics")).await.1;
+    let text = String::from_utf8_lossy(&body);
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 fn get(path: &str) -> Req {
     let mut r = Req::signed(path, Vec::new(), SECRET);
     r.method = "GET";
@@ -139,7 +150,16 @@ async fn open_connections_are_capped_and_the_excess_closed_at_once() {
     for _ in 0..20 {
         held.push(connect(gw.port).await);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every one of them accepted and counted before the next arrives.
+    let mut open = 0.0;
+    for _ in 0..100 {
+        open = metric(&gw, "slackgate_connections_open").await;
+        if open >= 20.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(open, 20.0);
     let mut extra = connect(gw.port).await;
     assert!(closed_within(&mut extra, Duration::from_secs(2)).await, "the 21st connection is closed");
     let refused = try_send(gw.port, Req::signed("/slack/events", event("EvCap0"), SECRET)).await;
@@ -148,7 +168,12 @@ async fn open_connections_are_capped_and_the_excess_closed_at_once() {
         assert!(!is_closed(c).await, "the first 20 stay open");
     }
     held.truncate(10);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..100 {
+        if metric(&gw, "slackgate_connections_open").await <= 10.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvCap1"), SECRET)).await.0, 200, "room again");
 }
 
@@ -171,7 +196,7 @@ async fn an_unsigned_request_is_refused_before_its_body_is_read() {
             .unwrap();
         assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 401"), "{}", String::from_utf8_lossy(&buf));
     }
-    assert!(redis.keys("*").is_empty() && bot.count() == 0);
+    assert!(redis.keys("*:r:*").is_empty() && redis.keys("*:d:*").is_empty() && bot.count() == 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,21 @@ async fn setup(name: &str, app: &str) -> (RedisServer, Receiver, Gateway, String
     (redis, bot, gw, cfg.prefix)
 }
 
+/// A gateway whose late replies may go to `hook`, a local https listener standing in for
+/// Slack's hooks host: allowed by `response_url_hosts`, trusted through `SSL_CERT_FILE`.
+async fn setup_with_hook(name: &str, app: &str) -> (RedisServer, Receiver, Receiver, Gateway, TestCa) {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let ca = TestCa::new();
+    let hook = Receiver::start_tls(&ca).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
+    cfg.app = app.into();
+    cfg.server = format!("response_url_hosts = [\"localhost:{}\"]", hook.port);
+    let (k, v) = ca.env();
+    let gw = Gateway::start_with_env(&cfg, &[(k, &v)]).await;
+    (redis, bot, hook, gw, ca)
+}
+
 fn nothing_left(redis: &RedisServer) -> bool {
     redis.keys("*:d:*").is_empty()
         && redis.keys("*:sched").iter().all(|k| {
@@ -86,11 +101,10 @@ async fn view_submission_errors_are_returned_and_a_double_submit_is_absorbed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_command_reply_is_posted_once_to_response_url() {
-    let (redis, bot, gw, _) = setup("late", r#"inline = { command = "400ms" }"#).await;
-    let hook = Receiver::start("unused").await;
+    let (redis, bot, hook, gw, _ca) = setup_with_hook("late", r#"inline = { command = "400ms" }"#).await;
     bot.push(Reply::status(200).body("text/plain", "late answer").delay(Duration::from_millis(1200)));
     let started = Instant::now();
-    let req = Req::signed("/slack/events", command("3.3.c", &format!("{}/commands/T1/1/abc", hook.url())), SECRET);
+    let req = Req::signed("/slack/events", command("3.3.c", &format!("{}/commands/T1/1/abc", hook.https_url())), SECRET);
     let (status, body) = send(gw.port, req).await;
     assert_eq!((status, body.len()), (200, 0), "Slack gets an empty 200 inside its window");
     assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
@@ -135,11 +149,10 @@ async fn options_in_time_are_returned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_inline_attempt_is_retried_by_the_workers_and_its_answer_posted() {
-    let (redis, bot, gw, _) = setup("retry", "").await;
-    let hook = Receiver::start("unused").await;
+    let (redis, bot, hook, gw, _ca) = setup_with_hook("retry", "").await;
     bot.push(Reply::status(503));
     bot.set_default(Reply::status(200).body("text/plain", "done later"));
-    let req = Req::signed("/slack/events", command("4.4.d", &format!("{}/hook", hook.url())), SECRET);
+    let req = Req::signed("/slack/events", command("4.4.d", &format!("{}/hook", hook.https_url())), SECRET);
     let (status, body) = send(gw.port, req).await;
     assert_eq!((status, body.len()), (200, 0), "a 503 is not shown to Slack: it is retried");
     // The retry is scheduled with backoff and taken by the workers.
@@ -172,6 +185,42 @@ async fn an_inline_delivery_whose_gateway_died_is_delivered_by_another() {
         b.log()
     );
     assert!(eventually(Duration::from_secs(3), || nothing_left(&redis)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_url_that_is_not_slacks_is_never_requested() {
+    let (_redis, bot, hook, gw, _ca) = setup_with_hook("ssrf", r#"inline = { command = "300ms" }"#).await;
+    let plain = Receiver::start("unused").await;
+    bot.set_default(Reply::status(200).body("text/plain", "late answer").delay(Duration::from_millis(600)));
+    let targets = [
+        format!("http://localhost:{}/hook", hook.port),          // not https
+        format!("{}/hook", plain.url()),                           // http, loopback
+        format!("https://127.0.0.1:{}/hook", hook.port),          // an IP, not an allowed host
+        format!("https://localhost:{}/dlq/bot/purge", gw.admin_port), // the admin port
+        "https://hooks.slack.com.evil.example/x".to_string(),
+        "https://metadata.internal/latest".to_string(),
+    ];
+    for (i, url) in targets.iter().enumerate() {
+        let req = Req::signed("/slack/events", command(&format!("6.6.{i}"), url), SECRET);
+        assert_eq!(send(gw.port, req).await.0, 200);
+    }
+    let refused = |m: &str| m.contains(r#"slackgate_response_url_posts_total{app="bot",outcome="refused"} 6"#);
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = reqwest_metrics(gw.admin_port).await;
+        if refused(&metrics) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused(&metrics), "{metrics}");
+    assert_eq!((hook.count(), plain.count()), (0, 0), "nothing requested");
+    let audits = gw.log().lines().filter(|l| l.contains("late reply") && l.contains("refused")).count();
+    assert_eq!(audits, 6, "each refusal audited:\n{}", gw.log());
+    // The allowed host still gets its reply.
+    let req = Req::signed("/slack/events", command("6.6.ok", &format!("{}/hook", hook.https_url())), SECRET);
+    assert_eq!(send(gw.port, req).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || hook.count() == 1).await, "{}", gw.log());
 }
 
 async fn reqwest_metrics(port: u16) -> String {

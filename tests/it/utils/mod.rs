@@ -6,10 +6,12 @@
 mod gateway;
 mod receiver;
 mod redis_server;
+mod tls;
 
 pub use gateway::{Gateway, GatewayConfig};
 pub use receiver::{Receiver, Reply};
 pub use redis_server::RedisServer;
+pub use tls::TestCa;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -79,6 +79,15 @@ impl Receiver {
     }
 
     pub async fn start_on(port: u16, secret: &str) -> Receiver {
+        Self::start_with(port, secret, None).await
+    }
+
+    /// An https receiver on `localhost`, with a certificate from `ca`.
+    pub async fn start_tls(ca: &super::TestCa) -> Receiver {
+        Self::start_with(0, "unused", Some(ca.acceptor.clone())).await
+    }
+
+    async fn start_with(port: u16, secret: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Receiver {
         let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State {
@@ -93,10 +102,19 @@ impl Receiver {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 let st = st.clone();
+                let tls = tls.clone();
                 conns.spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(st.clone(), req));
-                    let _ =
-                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(stream) = acceptor.accept(stream).await else { return };
+                            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                    }
                 });
             }
         });
@@ -105,6 +123,11 @@ impl Receiver {
 
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The URL of an https receiver (its certificate names `localhost`).
+    pub fn https_url(&self) -> String {
+        format!("https://localhost:{}", self.port)
     }
 
     /// The next request gets this reply (queued in order); then the default.

@@ -1,0 +1,109 @@
+//! Late answers to slash commands and block actions, posted to the payload's `response_url` —
+//! the one URL the gateway ever takes from a payload, so it is held to Slack's own host.
+
+use super::Kind;
+
+/// How a bot's late answer is posted to `response_url`: JSON as is, anything else wrapped as
+/// `{"text": …}`. `None` for an empty answer.
+pub fn late_reply(content_type: Option<&str>, body: &[u8]) -> Option<Vec<u8>> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    if content_type.is_some_and(|ct| ct.to_ascii_lowercase().starts_with("application/json")) {
+        return Some(body.to_vec());
+    }
+    let text = String::from_utf8_lossy(body);
+    Some(serde_json::json!({ "text": text }).to_string().into_bytes())
+}
+
+/// Whether a late answer of this delivery goes to its `response_url` (Slack keeps it valid
+/// for 30 minutes): slash commands and block actions.
+pub fn replies_late(kind: Kind, detail: &str) -> bool {
+    kind == Kind::Command || (kind == Kind::Interactivity && detail == "block_actions")
+}
+
+/// Why a `response_url` is not posted to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RefusedUrl {
+    #[error("response_url is not a URL")]
+    NotUrl,
+    #[error("response_url is not https")]
+    NotHttps,
+    #[error("response_url carries credentials")]
+    Credentials,
+    #[error("response_url's host is not an allowed Slack host")]
+    Host,
+}
+
+/// Parse `url` and allow it only when it is `https://` to one of `allowed` (`host` for port
+/// 443, `host:port` for another), with no credentials. Nothing else from a payload — `http://`,
+/// loopback, the admin port, an internal name — is ever requested.
+pub fn check_response_url(url: &str, allowed: &[String]) -> Result<url::Url, RefusedUrl> {
+    let u = url::Url::parse(url).map_err(|_| RefusedUrl::NotUrl)?;
+    if u.scheme() != "https" {
+        return Err(RefusedUrl::NotHttps);
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(RefusedUrl::Credentials);
+    }
+    let host = match u.host() {
+        Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
+        _ => return Err(RefusedUrl::Host),
+    };
+    let port = u.port_or_known_default().unwrap_or(443);
+    let ok = allowed.iter().any(|entry| match entry.rsplit_once(':') {
+        Some((h, p)) => h == host && p.parse::<u16>().ok() == Some(port),
+        None => *entry == host && port == 443,
+    });
+    if ok {
+        Ok(u)
+    } else {
+        Err(RefusedUrl::Host)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_replies() {
+        assert_eq!(
+            late_reply(Some("text/plain; charset=utf-8"), b"deploying prod"),
+            Some(br#"{"text":"deploying prod"}"#.to_vec())
+        );
+        assert_eq!(late_reply(Some("application/json"), br#"{"blocks":[]}"#), Some(br#"{"blocks":[]}"#.to_vec()));
+        assert_eq!(late_reply(None, b"  \n"), None);
+        assert!(replies_late(Kind::Command, "/deploy"));
+        assert!(replies_late(Kind::Interactivity, "block_actions"));
+        assert!(!replies_late(Kind::Interactivity, "view_submission"));
+        assert!(!replies_late(Kind::Event, "app_mention"));
+    }
+
+    #[test]
+    fn only_slacks_https_hooks_are_posted_to() {
+        let slack = vec!["hooks.slack.com".to_string()];
+        let ok = check_response_url("https://hooks.slack.com/commands/T1/2/abc", &slack).unwrap();
+        assert_eq!(ok.host_str(), Some("hooks.slack.com"));
+        assert!(check_response_url("https://HOOKS.slack.com:443/x", &slack).is_ok());
+        for (url, why) in [
+            ("http://hooks.slack.com/commands/T1/2/abc", RefusedUrl::NotHttps),
+            ("https://hooks.slack.com:8443/x", RefusedUrl::Host),
+            ("https://hooks.slack.com.evil.example/x", RefusedUrl::Host),
+            ("https://evil.example/hooks.slack.com", RefusedUrl::Host),
+            ("https://127.0.0.1/x", RefusedUrl::Host),
+            ("https://[::1]:9090/dlq/bot/purge", RefusedUrl::Host),
+            ("https://localhost:9090/x", RefusedUrl::Host),
+            ("https://user:pw@hooks.slack.com/x", RefusedUrl::Credentials),
+            ("file:///etc/passwd", RefusedUrl::NotHttps),
+            ("gopher://hooks.slack.com/", RefusedUrl::NotHttps),
+            ("not a url", RefusedUrl::NotUrl),
+            ("", RefusedUrl::NotUrl),
+        ] {
+            assert_eq!(check_response_url(url, &slack).unwrap_err(), why, "{url}");
+        }
+        let extra = vec!["hooks.slack.com".to_string(), "localhost:8443".to_string()];
+        assert!(check_response_url("https://localhost:8443/hook", &extra).is_ok());
+        assert!(check_response_url("https://localhost/hook", &extra).is_err(), "port must match");
+    }
+}
