@@ -1,13 +1,20 @@
 //! The admin listener (loopback by default, never the Slack-facing port): `/metrics`,
-//! `/healthz` (the process is alive), `/readyz` (Redis answers and the workers run), `/stats`
-//! and the dead-letter API. With `[server] admin_token` set, `/stats` and the dead-letter API
-//! want `Authorization: Bearer <token>`; the probes and `/metrics` (which carries no secret and
-//! is scraped without credentials by default) stay open.
+//! `/healthz` (the process is alive), `/readyz` (the Slack listener accepts, Redis answers and
+//! the workers run), `/stats` and the dead-letter API.
+//!
+//! Closed unless opened on purpose:
+//! - `run` refuses a non-loopback `admin_listen` without `[server] admin_token`;
+//! - with a token, everything but `/healthz`, `/readyz` and `/metrics` wants
+//!   `Authorization: Bearer <token>`;
+//! - state-changing routes are POST-only, always want an `Authorization` header and refuse a
+//!   request carrying `Origin`, so a browser page cannot trigger them with a simple request;
+//! - a request whose `Host` is not an IP address, `localhost` or a name in
+//!   `[server] admin_hosts` is refused (DNS rebinding), except on `/healthz`.
 //!
 //! ```text
-//! GET    /dlq?app=A&limit=N          list          GET  /dlq/A/ID          show
-//! POST   /dlq/A/ID/replay            replay one    POST /dlq/A/replay      replay all
-//! DELETE /dlq/A/ID                   purge one     POST /dlq/A/purge       purge all
+//! GET  /dlq?app=A&limit=N          list          GET  /dlq/A/ID          show
+//! POST /dlq/A/ID/replay            replay one    POST /dlq/A/replay      replay all
+//! POST /dlq/A/ID/purge             purge one     POST /dlq/A/purge       purge all
 //! ```
 
 use std::sync::atomic::Ordering;
@@ -18,8 +25,8 @@ use async_trait::async_trait;
 use http::{Method, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
-use subtle::ConstantTimeEq;
 
+use crate::config::Secret;
 use crate::delivery::WORKERS_RUNNING;
 use crate::live::Live;
 use crate::ops::{Ops, OpsError};
@@ -33,6 +40,95 @@ pub struct Admin {
 }
 
 type Reply = Response<Vec<u8>>;
+
+/// Why the admin API refused a request before acting on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    Host,
+    Token,
+    Method,
+    Browser,
+}
+
+impl Refusal {
+    fn reply(self) -> Reply {
+        match self {
+            Refusal::Host => text(StatusCode::FORBIDDEN, "Host not allowed (see [server] admin_hosts)"),
+            Refusal::Token => text(StatusCode::UNAUTHORIZED, "Authorization required"),
+            Refusal::Method => text(StatusCode::METHOD_NOT_ALLOWED, "state-changing routes are POST-only"),
+            Refusal::Browser => text(StatusCode::FORBIDDEN, "refused: a request carrying Origin"),
+        }
+    }
+}
+
+/// What a route does: read or change state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
+/// The access a path needs, or `None` for an unknown path.
+fn access(path: &str) -> Option<Access> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["dlq", _, "replay" | "purge"] | ["dlq", _, _, "replay" | "purge"] => Some(Access::Write),
+        ["stats"] | ["dlq"] | ["dlq", _, _] => Some(Access::Read),
+        _ => None,
+    }
+}
+
+/// Whether a `Host` header value may reach the admin API: an IP literal (what probes and
+/// scrapers by address send, and what no rebinding attack can produce), `localhost`, or a
+/// configured name, each with any port — or a configured `name:port` exactly.
+fn host_allowed(host: Option<&str>, names: &[String]) -> bool {
+    let Some(host) = host.map(str::to_ascii_lowercase) else { return false };
+    if names.iter().any(|n| *n == host) {
+        return true;
+    }
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, "")) => return v6.parse::<std::net::Ipv6Addr>().is_ok(),
+            Some((v6, port)) => return v6.parse::<std::net::Ipv6Addr>().is_ok() && port_ok(port),
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port_ok(&format!(":{port}")) => name,
+            Some(_) => return false,
+            None => host.as_str(),
+        },
+    };
+    name.parse::<std::net::Ipv4Addr>().is_ok() || name == "localhost" || names.iter().any(|n| n == name)
+}
+
+fn port_ok(port: &str) -> bool {
+    port.strip_prefix(':').is_some_and(|p| p.parse::<u16>().is_ok())
+}
+
+/// The checks every API request passes before it is served.
+fn admit(method: &Method, access: Access, headers: &http::HeaderMap, token: Option<&Secret>) -> Result<(), Refusal> {
+    let authorization = headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+    if let Some(token) = token {
+        let given = authorization.and_then(|h| h.strip_prefix(b"Bearer ")).unwrap_or_default();
+        if Secret::new(&String::from_utf8_lossy(given)) != *token {
+            return Err(Refusal::Token);
+        }
+    }
+    if access == Access::Write {
+        if method != Method::POST {
+            return Err(Refusal::Method);
+        }
+        if authorization.is_none() {
+            return Err(Refusal::Token);
+        }
+        if headers.contains_key(http::header::ORIGIN) {
+            return Err(Refusal::Browser);
+        }
+    } else if method != Method::GET && method != Method::HEAD {
+        return Err(Refusal::Method);
+    }
+    Ok(())
+}
 
 impl Admin {
     pub fn new(live: Arc<Live>, redis_url: String) -> Self {
@@ -52,25 +148,30 @@ impl Admin {
         Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone()))
     }
 
-    async fn ready(&self) -> Result<(), String> {
+    /// Ready: the Slack listener accepts connections, Redis answers within a second and the
+    /// delivery workers run. The detail says what is wrong, and warns about a Redis that may
+    /// evict keys.
+    async fn ready(&self) -> Result<String, String> {
+        let config = self.live.get().config.clone();
+        listener_accepts(&config.server.listen).await?;
         let store = self.store()?;
         match tokio::time::timeout(Duration::from_secs(1), store.ping()).await {
-            Ok(Ok(())) if WORKERS_RUNNING.load(Ordering::Relaxed) => Ok(()),
-            Ok(Ok(())) => Err("delivery workers are not running".into()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("redis did not answer within 1s".into()),
+            Ok(Ok(())) if WORKERS_RUNNING.load(Ordering::Relaxed) => {}
+            Ok(Ok(())) => return Err("delivery workers are not running".into()),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("redis did not answer within 1s".into()),
         }
+        let policy = tokio::time::timeout(Duration::from_secs(1), store.eviction_policy()).await;
+        Ok(match policy {
+            Ok(Ok(Some(p))) if p != "noeviction" => format!(
+                "ready\nwarning: Redis maxmemory-policy is {p}: it may evict outbox entries (lost deliveries); \
+                 set noeviction\n"
+            ),
+            _ => "ready\n".into(),
+        })
     }
 
-    fn authorized(&self, session: &ServerSession) -> bool {
-        let config = self.live.get().config.clone();
-        let Some(token) = &config.server.admin_token else { return true };
-        let header = session.req_header().headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-        let given = header.and_then(|h| h.strip_prefix(b"Bearer ")).unwrap_or_default();
-        bool::from(given.ct_eq(token.expose()))
-    }
-
-    async fn api(&self, method: &Method, path: &str, query: &str) -> Reply {
+    async fn api(&self, path: &str, query: &str) -> Reply {
         let ops = match self.ops() {
             Ok(ops) => ops,
             Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, &e),
@@ -78,25 +179,27 @@ impl Admin {
         let param =
             |k: &str| form_urlencoded::parse(query.as_bytes()).find(|(n, _)| n == k).map(|(_, v)| v.into_owned());
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let result = match (method, parts.as_slice()) {
-            (&Method::GET, ["stats"]) => ops.stats(param("app").as_deref()).await.map(json),
-            (&Method::GET, ["dlq"]) => {
+        let result = match parts.as_slice() {
+            ["stats"] => ops.stats(param("app").as_deref()).await.map(json),
+            ["dlq"] => {
                 let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                 ops.list(param("app").as_deref(), limit).await.map(json)
             }
-            (&Method::GET, ["dlq", app, id]) => ops.show(Some(app), id).await.map(json),
-            (&Method::POST, ["dlq", app, "replay"]) => {
-                ops.all(Some(app), false, |_, _| {}).await.map(|n| json(serde_json::json!({ "replayed": n })))
-            }
-            (&Method::POST, ["dlq", app, "purge"]) => {
-                ops.all(Some(app), true, |_, _| {}).await.map(|n| json(serde_json::json!({ "purged": n })))
-            }
-            (&Method::POST, ["dlq", app, id, "replay"]) => {
+            ["dlq", app, "replay"] => ops
+                .replay_all(Some(app), |_, _| {})
+                .await
+                .map(|n| json(serde_json::json!({ "replayed": n.done, "skipped": n.skipped }))),
+            ["dlq", app, "purge"] => ops
+                .purge_all(Some(app), |_, _| {})
+                .await
+                .map(|n| json(serde_json::json!({ "purged": n.done, "skipped": n.skipped }))),
+            ["dlq", app, id, "replay"] => {
                 ops.replay(Some(app), id).await.map(|_| json(serde_json::json!({ "replayed": id })))
             }
-            (&Method::DELETE, ["dlq", app, id]) => {
+            ["dlq", app, id, "purge"] => {
                 ops.purge(Some(app), id).await.map(|_| json(serde_json::json!({ "purged": id })))
             }
+            ["dlq", app, id] => ops.show(Some(app), id).await.map(json),
             _ => return text(StatusCode::NOT_FOUND, "not found"),
         };
         result.unwrap_or_else(|e| {
@@ -110,6 +213,23 @@ impl Admin {
     }
 }
 
+/// Whether something accepts connections on the Slack-facing address (a wildcard address is
+/// tried on loopback). Checked by `/readyz`: a gateway whose listener is not up is not ready.
+async fn listener_accepts(listen: &str) -> Result<(), String> {
+    let mut addr: std::net::SocketAddr = listen.parse().map_err(|_| format!("bad listen address {listen}"))?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("the Slack listener {listen} does not accept connections: {e}")),
+        Err(_) => Err(format!("the Slack listener {listen} did not accept within 1s")),
+    }
+}
+
 fn reply(status: StatusCode, content_type: &str, body: Vec<u8>) -> Reply {
     Response::builder()
         .status(status)
@@ -120,7 +240,7 @@ fn reply(status: StatusCode, content_type: &str, body: Vec<u8>) -> Reply {
 }
 
 fn text(status: StatusCode, msg: &str) -> Reply {
-    reply(status, "text/plain", format!("{msg}\n").into_bytes())
+    reply(status, "text/plain", format!("{}\n", msg.trim_end()).into_bytes())
 }
 
 fn json(value: impl serde::Serialize) -> Reply {
@@ -134,20 +254,72 @@ impl ServeHttp for Admin {
         let head = session.req_header();
         let (method, path) = (head.method.clone(), head.uri.path().to_string());
         let query = head.uri.query().unwrap_or_default().to_string();
+        if path == "/healthz" {
+            return text(StatusCode::OK, "ok");
+        }
+        let config = self.live.get().config.clone();
+        let host = head.headers.get(http::header::HOST).and_then(|h| h.to_str().ok());
+        if !host_allowed(host, &config.server.admin_hosts) {
+            return Refusal::Host.reply();
+        }
         match path.as_str() {
-            "/healthz" => return text(StatusCode::OK, "ok"),
             "/metrics" => return reply(StatusCode::OK, "text/plain; version=0.0.4", crate::metrics::render()),
             "/readyz" => {
                 return match self.ready().await {
-                    Ok(()) => text(StatusCode::OK, "ready"),
+                    Ok(detail) => text(StatusCode::OK, &detail),
                     Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, &format!("not ready: {e}")),
                 }
             }
             _ => {}
         }
-        if !self.authorized(session) {
-            return text(StatusCode::UNAUTHORIZED, "admin token required");
+        let Some(access) = access(&path) else { return text(StatusCode::NOT_FOUND, "not found") };
+        if let Err(refused) = admit(&method, access, &head.headers, config.server.admin_token.as_ref()) {
+            return refused.reply();
         }
-        self.api(&method, &path, &query).await
+        self.api(&path, &query).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_that_no_rebinding_can_forge() {
+        let names = vec!["slackgate".to_string(), "gw.internal:9443".to_string()];
+        for ok in
+            ["127.0.0.1:9090", "10.2.3.4", "[::1]:9090", "[fe80::1]", "localhost:9090", "LOCALHOST", "slackgate:9090"]
+        {
+            assert!(host_allowed(Some(ok), &names), "{ok}");
+        }
+        assert!(host_allowed(Some("gw.internal:9443"), &names));
+        for bad in ["evil.example", "evil.example:9090", "gw.internal:9090", "127.0.0.1.nip.io", "[::1", "", "a:b:c"] {
+            assert!(!host_allowed(Some(bad), &names), "{bad}");
+        }
+        assert!(!host_allowed(None, &names));
+    }
+
+    #[test]
+    fn writes_are_post_with_authorization_and_no_origin() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(admit(&Method::GET, Access::Read, &h, None), Ok(()));
+        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Err(Refusal::Token));
+        h.insert("authorization", "Bearer anything".parse().unwrap());
+        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Ok(()));
+        assert_eq!(admit(&Method::GET, Access::Write, &h, None), Err(Refusal::Method));
+        assert_eq!(admit(&Method::DELETE, Access::Write, &h, None), Err(Refusal::Method));
+        assert_eq!(admit(&Method::POST, Access::Read, &h, None), Err(Refusal::Method));
+        h.insert("origin", "https://evil.example".parse().unwrap());
+        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Err(Refusal::Browser));
+        h.remove("origin");
+        let token = Secret::new("the-right-token-123");
+        assert_eq!(admit(&Method::POST, Access::Write, &h, Some(&token)), Err(Refusal::Token));
+        assert_eq!(admit(&Method::GET, Access::Read, &h, Some(&token)), Err(Refusal::Token));
+        h.insert("authorization", "Bearer the-right-token-123".parse().unwrap());
+        assert_eq!(admit(&Method::POST, Access::Write, &h, Some(&token)), Ok(()));
+        assert_eq!(access("/dlq/bot/0-ab/purge"), Some(Access::Write));
+        assert_eq!(access("/dlq/bot/replay"), Some(Access::Write));
+        assert_eq!(access("/dlq/bot/0-ab"), Some(Access::Read));
+        assert_eq!(access("/nope"), None);
     }
 }

@@ -37,5 +37,7 @@ pub mod upstream;
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if json { builder.json().try_init() } else { builder.with_target(false).try_init() };
+    // Colour codes only on a terminal: a log file or a collector gets plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = if json { builder.json().try_init() } else { builder.with_ansi(colour).with_target(false).try_init() };
 }

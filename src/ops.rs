@@ -121,7 +121,7 @@ impl Ops {
     pub async fn show(&self, app: Option<&str>, id: &str) -> Result<DeadDetail, OpsError> {
         let a = self.app(app)?;
         let keys = self.shard_keys(a, id)?;
-        let d = self.store.load(&keys, id).await?.ok_or_else(|| OpsError::NotDead(id.into()))?;
+        let d = self.store.load(&keys, id).await?.filter(|d| d.dead).ok_or_else(|| OpsError::NotDead(id.into()))?;
         Ok(DeadDetail {
             app: a.name.clone(),
             delivery: id.into(),
@@ -156,36 +156,63 @@ impl Ops {
         }
     }
 
-    /// Replay (or purge) every dead letter of one app, in batches; `progress(done, total)`.
-    pub async fn all(
+    /// Replay every dead letter of one app that was dead when this started; `progress(done,
+    /// total)`. Letters that die again meanwhile are not read again, so it always ends.
+    pub async fn replay_all(&self, app: Option<&str>, progress: impl FnMut(u64, u64)) -> Result<BulkCount, OpsError> {
+        self.all(app, Bulk::Replay, progress).await
+    }
+
+    /// Purge every dead letter of one app that was dead when this started.
+    pub async fn purge_all(&self, app: Option<&str>, progress: impl FnMut(u64, u64)) -> Result<BulkCount, OpsError> {
+        self.all(app, Bulk::Purge, progress).await
+    }
+
+    async fn all(
         &self,
         app: Option<&str>,
-        purge: bool,
+        how: Bulk,
         mut progress: impl FnMut(u64, u64),
-    ) -> Result<u64, OpsError> {
+    ) -> Result<BulkCount, OpsError> {
         let a = self.app(app)?;
         let total = outbox::app_stats(&self.store, &self.shards(a), now_ms()).await?.dead;
-        let mut done = 0;
+        let mut count = BulkCount::default();
         for keys in self.shards(a) {
+            // The snapshot: the newest letter now. Anything parked after it is not ours.
+            let Some(last) = self.store.dead_snapshot(&keys).await? else { continue };
+            let mut after: Option<String> = None;
             loop {
-                let batch = self.store.dead_letters(&keys, 500).await?;
-                if batch.is_empty() {
-                    break;
-                }
+                let batch = self.store.dead_letters_between(&keys, after.as_deref(), &last, 500).await?;
+                let Some(end) = batch.last().map(|l| l.entry.clone()) else { break };
                 for letter in batch {
-                    let ok = match purge {
-                        true => self.store.purge(&keys, &letter.delivery).await?,
-                        false => self.store.replay(&keys, &letter.delivery, now_ms()).await?,
+                    let ok = match how {
+                        Bulk::Purge => self.store.purge(&keys, &letter.delivery).await?,
+                        Bulk::Replay => self.store.replay(&keys, &letter.delivery, now_ms()).await?,
                     };
-                    if !ok {
+                    if ok {
+                        count.done += 1;
+                    } else {
                         // A dead-letter entry whose delivery is gone: drop the stale entry.
                         self.store.drop_dead_entry(&keys, &letter.entry).await?;
+                        count.skipped += 1;
                     }
-                    done += 1;
-                    progress(done, total.max(done));
+                    progress(count.done + count.skipped, total.max(count.done + count.skipped));
                 }
+                after = Some(end);
             }
         }
-        Ok(done)
+        Ok(count)
     }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Bulk {
+    Replay,
+    Purge,
+}
+
+/// What a replay-all or purge-all did: letters acted on, and stale entries dropped.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BulkCount {
+    pub done: u64,
+    pub skipped: u64,
 }

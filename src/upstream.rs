@@ -129,7 +129,9 @@ impl UpstreamClient {
         let builder = builder.with_native_roots().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "no system root certificates: https upstreams will fail");
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
-                rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth(),
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
             )
         });
         let https = builder.https_or_http().enable_http1().wrap_connector(http);
@@ -166,7 +168,11 @@ impl UpstreamClient {
             })?;
             Ok(Response {
                 status: head.status.as_u16(),
-                content_type: head.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(String::from),
+                content_type: head
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(String::from),
                 body: body.to_bytes(),
                 retry_after: head
                     .headers

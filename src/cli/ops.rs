@@ -166,23 +166,27 @@ pub fn dlq(t: &Target, action: DlqAction) -> anyhow::Result<()> {
 async fn all(ops: &Ops, app: Option<&str>, purge: bool, json: bool) -> anyhow::Result<()> {
     let verb = if purge { "purged" } else { "replayed" };
     let mut last = std::time::Instant::now();
-    let n = ops
-        .all(app, purge, |done, total| {
-            // A progress line on stderr, redrawn at most ten times a second.
-            if !json && (last.elapsed() > Duration::from_millis(100) || done == total) {
-                last = std::time::Instant::now();
-                let width = 30;
-                let filled = (done * width / total.max(1)) as usize;
-                eprint!("\r[{}{}] {done}/{total} {verb}", "#".repeat(filled), " ".repeat(width as usize - filled));
-                let _ = std::io::stderr().flush();
-            }
-        })
-        .await?;
+    let progress = |done: u64, total: u64| {
+        // A progress line on stderr, redrawn at most ten times a second.
+        if !json && (last.elapsed() > Duration::from_millis(100) || done == total) {
+            last = std::time::Instant::now();
+            let width = 30;
+            let filled = (done * width / total.max(1)) as usize;
+            eprint!("\r[{}{}] {done}/{total}", "#".repeat(filled), " ".repeat(width as usize - filled));
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let n = match purge {
+        true => ops.purge_all(app, progress).await?,
+        false => ops.replay_all(app, progress).await?,
+    };
     if json {
-        print_json(&serde_json::json!({ verb: n }))
-    } else {
-        eprintln!();
-        println!("{verb} {n}");
-        Ok(())
+        return print_json(&serde_json::json!({ verb: n.done, "skipped": n.skipped }));
     }
+    eprintln!();
+    println!("{verb} {}", n.done);
+    if n.skipped > 0 {
+        println!("skipped {} (no longer dead)", n.skipped);
+    }
+    Ok(())
 }

@@ -167,7 +167,15 @@ impl Validator<'_> {
         if !(1..=10_000).contains(&max_in_flight) {
             return Err(self.err(&key("max_in_flight"), "must be between 1 and 10000"));
         }
-        Ok(DeliveryConfig { timeout, max_in_flight, retry_initial, retry_max, give_up_after, lease, dead_ttl, dead_max })
+        Ok(DeliveryConfig {
+            timeout,
+            max_in_flight,
+            retry_initial,
+            retry_max,
+            give_up_after,
+            lease,
+            dead_ttl,
+            dead_max,
+        })
     }
 }
-

@@ -186,6 +186,19 @@ impl Config {
         Ok(config)
     }
 
+    /// Pingora's server settings for this config (`upgrade_sock`: where `run --upgrade` takes the
+    /// listening sockets over).
+    pub fn pingora_conf(&self, upgrade_sock: &Path) -> pingora::server::configuration::ServerConf {
+        pingora::server::configuration::ServerConf {
+            threads: self.server.threads,
+            upgrade_sock: upgrade_sock.display().to_string(),
+            grace_period_seconds: Some(0),
+            // Draining happens before Pingora hears of the signal (see `drain`).
+            graceful_shutdown_timeout_seconds: Some(1),
+            ..Default::default()
+        }
+    }
+
     /// Every path the Slack-facing listener answers, with its app and role.
     pub fn routes(&self) -> HashMap<String, (usize, RouteKind)> {
         let mut routes = HashMap::new();

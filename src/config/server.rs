@@ -87,7 +87,9 @@ impl Validator<'_> {
     fn admin_token(&self, value: &Option<String>) -> Result<Option<Secret>, ConfigError> {
         let Some(t) = value else { return Ok(None) };
         if !t.contains("${") {
-            return Err(self.err("server.admin_token", "write \"${ENV_VAR}\": secrets never live in gateway.toml itself"));
+            return Err(
+                self.err("server.admin_token", "write \"${ENV_VAR}\": secrets never live in gateway.toml itself")
+            );
         }
         let value = match interpolate(t) {
             Err(_) if self.secrets_optional => String::new(),

@@ -104,7 +104,8 @@ impl Ingress {
             return Answer::text(405, "unknown", "bad_method", "method not allowed\n");
         }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
-        let (ts, sig) = (single_header(session, "x-slack-request-timestamp"), single_header(session, "x-slack-signature"));
+        let (ts, sig) =
+            (single_header(session, "x-slack-request-timestamp"), single_header(session, "x-slack-signature"));
         // Unsigned, stale or malformed: refused before a byte of the body is buffered.
         if let Err(e) = slack::precheck(ts, sig, now) {
             audit.reason = e.to_string();

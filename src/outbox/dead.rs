@@ -21,6 +21,17 @@ pub struct DeadLetter {
     pub parked_ms: u64,
 }
 
+fn letter(e: redis::streams::StreamId) -> DeadLetter {
+    DeadLetter {
+        delivery: e.get("d").unwrap_or_default(),
+        status: e.get("st").unwrap_or_default(),
+        error: e.get("err").unwrap_or_default(),
+        attempts: e.get::<String>("attempts").and_then(|a| a.parse().ok()).unwrap_or(0),
+        parked_ms: e.get::<String>("at").and_then(|a| a.parse().ok()).unwrap_or(0),
+        entry: e.id,
+    }
+}
+
 impl Store {
     /// The oldest `limit` dead letters of one shard.
     pub async fn dead_letters(&self, keys: &ShardKeys, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
@@ -32,18 +43,42 @@ impl Store {
             .arg(limit)
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(reply
-            .ids
-            .into_iter()
-            .map(|e| DeadLetter {
-                entry: e.id.clone(),
-                delivery: e.get("d").unwrap_or_default(),
-                status: e.get("st").unwrap_or_default(),
-                error: e.get("err").unwrap_or_default(),
-                attempts: e.get::<String>("attempts").and_then(|a| a.parse().ok()).unwrap_or(0),
-                parked_ms: e.get::<String>("at").and_then(|a| a.parse().ok()).unwrap_or(0),
-            })
-            .collect())
+        Ok(reply.ids.into_iter().map(letter).collect())
+    }
+
+    /// The id of the newest dead letter of one shard, `None` when there is none: the end of a
+    /// replay-all or purge-all, so letters that die again meanwhile are not read again.
+    pub async fn dead_snapshot(&self, keys: &ShardKeys) -> Result<Option<String>, StoreError> {
+        let reply: StreamRangeReply = redis::cmd("XREVRANGE")
+            .arg(&keys.dead)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(reply.ids.into_iter().next().map(|e| e.id))
+    }
+
+    /// Up to `limit` dead letters after entry `after` (exclusive; `None` from the start) and
+    /// at most `upto` (inclusive).
+    pub async fn dead_letters_between(
+        &self,
+        keys: &ShardKeys,
+        after: Option<&str>,
+        upto: &str,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let start = after.map_or_else(|| "-".to_string(), |a| format!("({a}"));
+        let reply: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&keys.dead)
+            .arg(start)
+            .arg(upto)
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(reply.ids.into_iter().map(letter).collect())
     }
 
     /// Put a dead delivery back on the stream. `false`: it is not dead-lettered.

@@ -132,6 +132,8 @@ pub struct Stored {
     /// The last failed attempt's status or error, when there was one.
     pub last_status: String,
     pub last_error: String,
+    /// Parked in the dead-letter stream.
+    pub dead: bool,
 }
 
 /// How an attempt chain step ends.
@@ -323,6 +325,7 @@ impl Store {
             response_url: text("ru"),
             last_status: text("st"),
             last_error: text("err"),
+            dead: map.contains_key("de"),
         }))
     }
 
@@ -434,6 +437,13 @@ impl Store {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(n)
+    }
+
+    /// Redis' `maxmemory-policy` (from `INFO memory`, which managed Redis services allow where
+    /// they refuse `CONFIG GET`); `None` when it does not say.
+    pub async fn eviction_policy(&self) -> Result<Option<String>, StoreError> {
+        let info: String = redis::cmd("INFO").arg("memory").query_async(&mut self.conn.clone()).await?;
+        Ok(info.lines().find_map(|l| l.strip_prefix("maxmemory_policy:")).map(|p| p.trim().to_string()))
     }
 
     /// PING, for readiness.

@@ -10,4 +10,3 @@ pub use classify::{classify, ClassifyError, Delivery, Kind, Message, Request};
 pub use filter::{deleted_message_key, ignore_reason, message_key, Rules};
 pub use reply::{check_response_url, late_reply, replies_late, RefusedUrl};
 pub use verify::{precheck, sign, verify, VerifyError};
-

@@ -120,3 +120,78 @@ fn apps_can_live_in_included_files_and_clashes_name_both_files() {
     let stderr = String::from_utf8_lossy(&check().stderr).into_owned();
     assert!(stderr.contains("ops.toml") && stderr.contains("unknown field `colour`"), "{stderr}");
 }
+
+/// A config with a Redis URL and the given `[server]` lines.
+fn config_with(dir: &std::path::Path, redis: &str, server: &str, upstream: &str) -> std::path::PathBuf {
+    let path = dir.join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\n{server}\n[redis]\nurl = \"{redis}\"\n[[app]]\nname = \"bot\"\nsigning_secret = \"${{SG_TEST_SECRET}}\"\nupstream = \"{upstream}\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn run_refuses_an_open_admin_listener_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let server = format!("listen = \"127.0.0.1:{port}\"\nadmin_listen = \"0.0.0.0:{admin}\"");
+    let config = config_with(dir.path(), "redis://127.0.0.1:1/", &server, "http://127.0.0.1:8000");
+    let out = slackgate().args(["run", "--config"]).arg(&config).env("SG_TEST_SECRET", SECRET).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("server.admin_listen") && stderr.contains("admin_token"), "{stderr}");
+}
+
+#[test]
+fn run_fails_at_once_when_the_slack_port_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let server = format!("listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{}\"", free_port());
+    let config = config_with(dir.path(), "redis://127.0.0.1:1/", &server, "http://127.0.0.1:8000");
+    let started = std::time::Instant::now();
+    let out = slackgate().args(["run", "--config"]).arg(&config).env("SG_TEST_SECRET", SECRET).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")) && stderr.contains("server.listen"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("will try again"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(10), "it does not retry for half a minute");
+    drop(taken);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_redis_url_run_writes_nothing_to_disk() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let server = format!("listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"");
+    let config = config_with(dir.path(), &redis.url(), &server, &bot.url());
+    // /proc takes no new files, even from root: a working directory (and default data dir)
+    // where any write fails, as on a read-only root filesystem.
+    let mut child = slackgate()
+        .args(["run", "--config"])
+        .arg(&config)
+        .current_dir("/proc")
+        .env("SG_TEST_SECRET", SECRET)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let up = eventually(Duration::from_secs(15), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() || matches!(child.try_wait(), Ok(Some(_)))
+    })
+    .await;
+    assert!(up && matches!(child.try_wait(), Ok(None)), "serves from a read-only place");
+    assert_eq!(send(port, Req::signed("/slack/events", event("EvReadOnly"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "only the config is there");
+}

@@ -213,11 +213,9 @@ async fn passthrough_normalises_the_target_and_owns_the_forwarding_headers() {
     let out = raw("GET http://169.254.169.254/slack/install HTTP/1.1\r\nHost: gw.example.com\r\n\r\n").await;
     assert!(out.starts_with("HTTP/1.1 400"), "{out}");
     assert_eq!(bot.count(), 0, "nothing forwarded");
-    let out = raw(
-        "GET http://gw.example.com/slack/install?state=1 HTTP/1.1\r\nHost: gw.example.com\r\n\
+    let out = raw("GET http://gw.example.com/slack/install?state=1 HTTP/1.1\r\nHost: gw.example.com\r\n\
          X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Host: evil.example\r\nForwarded: for=6.6.6.6\r\n\
-         Connection: close\r\n\r\n",
-    )
+         Connection: close\r\n\r\n")
     .await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     let got = bot.received();

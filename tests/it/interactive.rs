@@ -104,7 +104,8 @@ async fn a_late_command_reply_is_posted_once_to_response_url() {
     let (redis, bot, hook, gw, _ca) = setup_with_hook("late", r#"inline = { command = "400ms" }"#).await;
     bot.push(Reply::status(200).body("text/plain", "late answer").delay(Duration::from_millis(1200)));
     let started = Instant::now();
-    let req = Req::signed("/slack/events", command("3.3.c", &format!("{}/commands/T1/1/abc", hook.https_url())), SECRET);
+    let req =
+        Req::signed("/slack/events", command("3.3.c", &format!("{}/commands/T1/1/abc", hook.https_url())), SECRET);
     let (status, body) = send(gw.port, req).await;
     assert_eq!((status, body.len()), (200, 0), "Slack gets an empty 200 inside its window");
     assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
@@ -193,9 +194,9 @@ async fn a_response_url_that_is_not_slacks_is_never_requested() {
     let plain = Receiver::start("unused").await;
     bot.set_default(Reply::status(200).body("text/plain", "late answer").delay(Duration::from_millis(600)));
     let targets = [
-        format!("http://localhost:{}/hook", hook.port),          // not https
-        format!("{}/hook", plain.url()),                           // http, loopback
-        format!("https://127.0.0.1:{}/hook", hook.port),          // an IP, not an allowed host
+        format!("http://localhost:{}/hook", hook.port),               // not https
+        format!("{}/hook", plain.url()),                              // http, loopback
+        format!("https://127.0.0.1:{}/hook", hook.port),              // an IP, not an allowed host
         format!("https://localhost:{}/dlq/bot/purge", gw.admin_port), // the admin port
         "https://hooks.slack.com.evil.example/x".to_string(),
         "https://metadata.internal/latest".to_string(),

@@ -40,7 +40,7 @@ async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
         answers
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let log = std::fs::File::create(std::env::temp_dir().join(format!("slackgate-upgrade-{port}.log"))).unwrap();
+    let log = std::fs::File::create(old.file("upgraded.log")).unwrap();
     let mut new =
         old.command(&["--upgrade"]).stdout(log.try_clone().unwrap()).stderr(log).stdin(Stdio::null()).spawn().unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -83,8 +83,8 @@ async fn reload_adds_an_app_without_dropping_a_request_and_refuses_a_bad_file() 
     gw.rewrite(&cfg);
     let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
         .arg("reload")
-        .arg("--data-dir")
-        .arg(gw.data_dir())
+        .arg("--pid-file")
+        .arg(gw.pid_file())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -8,10 +8,14 @@ use crate::utils::*;
 const TOKEN: &str = "admin-token-for-tests-0123456789";
 
 fn cli(gw: &Gateway, args: &[&str]) -> (bool, String, String) {
+    cli_at(&gw.config_path, args)
+}
+
+fn cli_at(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
         .args(args)
         .arg("--config")
-        .arg(&gw.config_path)
+        .arg(config)
         .env("SG_TEST_SECRET", SECRET)
         .env("SG_ADMIN_TOKEN", TOKEN)
         .env_remove("SLACKGATE_REDIS_URL")
@@ -76,6 +80,7 @@ async fn dead_letters_can_be_listed_shown_replayed_and_purged_from_the_cli() {
 
     let (ok, out, err) = cli(&gw, &["dlq", "purge", "--all"]);
     assert!(ok && out.contains("purged 2"), "{out}{err}");
+    assert!(!out.contains("skipped"), "{out}");
     assert_eq!(redis.xlen(&dead), 0);
     assert!(redis.keys("*:d:*").is_empty(), "bodies are gone");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -139,7 +144,7 @@ async fn the_admin_api_wants_its_token_except_for_probes() {
     let (status, _) = admin(&gw, "POST", &format!("/dlq/bot/{id}/replay"), Some(TOKEN)).await;
     assert_eq!(status, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count_body("EvApi") == 2).await);
-    assert_eq!(admin(&gw, "DELETE", &format!("/dlq/bot/{id}"), Some(TOKEN)).await.0, 404, "no longer dead");
+    assert_eq!(admin(&gw, "POST", &format!("/dlq/bot/{id}/purge"), Some(TOKEN)).await.0, 404, "no longer dead");
     let (status, body) = admin(&gw, "GET", "/metrics", Some(TOKEN)).await;
     assert!(status == 200 && body.contains("slackgate_requests_total"), "{body}");
     assert!(!body.contains(SECRET) && !body.contains(TOKEN));
@@ -191,4 +196,100 @@ async fn logs_have_one_audit_line_per_decision_and_never_a_secret_or_a_body() {
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0]["fields"]["status"], 200);
     assert_eq!(attempts[0]["span"]["delivery"], f(0)["delivery"]);
+}
+
+/// A raw admin request with a chosen Host and extra headers.
+async fn admin_raw(gw: &Gateway, method: &'static str, path: &str, host: &str, headers: &[(&str, &str)]) -> u16 {
+    let mut req = Req::signed(path, Vec::new(), SECRET);
+    req.method = method;
+    req.headers = vec![("Host".into(), host.into())];
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    send(gw.admin_port, req).await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_is_closed_to_browsers_and_rebound_names() {
+    // No token (loopback admin): reads are open, writes still want Authorization.
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("closed"), &bot.url());
+    cfg.server = r#"admin_hosts = ["gw.internal"]"#.into();
+    let gw = Gateway::start(&cfg).await;
+    let dead = format!("{{{}:bot:0}}:dead", cfg.prefix);
+    bot.set_default(Reply::status(404));
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvClosed"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || redis.xlen(&dead) == 1).await);
+    let local = format!("127.0.0.1:{}", gw.admin_port);
+    let auth = [("Authorization", "Bearer x")];
+    // DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends Host: evil.example.
+    for path in ["/metrics", "/readyz", "/stats", "/dlq"] {
+        assert_eq!(admin_raw(&gw, "GET", path, "evil.example", &[]).await, 403, "{path}");
+        assert_eq!(admin_raw(&gw, "GET", path, &format!("evil.example:{}", gw.admin_port), &[]).await, 403);
+    }
+    assert_eq!(admin_raw(&gw, "GET", "/healthz", "evil.example", &[]).await, 200, "liveness never fails on Host");
+    for host in [local.as_str(), "localhost", "gw.internal:9090", "[::1]:9090"] {
+        assert_eq!(admin_raw(&gw, "GET", "/stats", host, &[]).await, 200, "{host}");
+    }
+    // Writes: POST only, with an Authorization header, never with an Origin.
+    assert_eq!(admin_raw(&gw, "POST", "/dlq/bot/purge", &local, &[]).await, 401, "a simple POST is refused");
+    let origin = [("Authorization", "Bearer x"), ("Origin", "https://evil.example")];
+    assert_eq!(admin_raw(&gw, "POST", "/dlq/bot/purge", &local, &origin).await, 403);
+    assert_eq!(admin_raw(&gw, "GET", "/dlq/bot/purge", &local, &auth).await, 405);
+    assert_eq!(admin_raw(&gw, "DELETE", "/dlq/bot/purge", &local, &auth).await, 405);
+    assert_eq!(redis.xlen(&dead), 1, "nothing was purged by the refused requests");
+    assert_eq!(admin_raw(&gw, "POST", "/dlq/bot/purge", &local, &auth).await, 200);
+    assert_eq!(redis.xlen(&dead), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_show_shows_dead_letters_only() {
+    let (_redis, bot, gw, _) = setup("showdead").await;
+    bot.set_default(Reply::status(200).delay(Duration::from_secs(3)));
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvLive"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
+    let live = bot.received()[0].header("x-slackgate-delivery").unwrap();
+    let (ok, _, err) = cli(&gw, &["dlq", "show", &live]);
+    assert!(!ok && err.contains("not in the dead-letter stream"), "a live delivery is not shown: {err}");
+    let (status, _) = admin(&gw, "GET", &format!("/dlq/bot/{live}"), Some(TOKEN)).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_all_ends_even_when_every_replay_dies_again() {
+    let (redis, bot, gw, prefix) = setup("replayend").await;
+    let dead = format!("{{{prefix}:bot:0}}:dead");
+    bot.set_default(Reply::status(404)); // every attempt is final: each replay dies again at once
+    for i in 0..30 {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvLoop{i}")), SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(5), || redis.xlen(&dead) == 30).await);
+    let config = gw.config_path.clone();
+    let replay = tokio::task::spawn_blocking(move || cli_at(&config, &["dlq", "replay", "--all", "--json"]));
+    let (ok, out, err) =
+        tokio::time::timeout(Duration::from_secs(20), replay).await.expect("replay --all ends").unwrap();
+    assert!(ok, "{err}");
+    let counts: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(counts["replayed"], 30, "{out}");
+    assert!(eventually(Duration::from_secs(5), || redis.xlen(&dead) == 30 && bot.count() == 60).await);
+    // The admin API's replay-all ends the same way.
+    let (status, body) = admin_after(&redis, &prefix).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Replay-all over the admin API of a second gateway on the same data.
+async fn admin_after(redis: &RedisServer, prefix: &str) -> (u16, String) {
+    let bot = Receiver::start(SECRET).await;
+    bot.set_default(Reply::status(404));
+    let mut cfg = GatewayConfig::new(&redis.url(), prefix, &bot.url());
+    cfg.server = r#"admin_token = "${SG_ADMIN_TOKEN}""#.into();
+    let gw = Gateway::start_with_env(&cfg, &[("SG_ADMIN_TOKEN", TOKEN)]).await;
+    let (status, body) =
+        tokio::time::timeout(Duration::from_secs(20), admin(&gw, "POST", "/dlq/bot/replay", Some(TOKEN)))
+            .await
+            .expect("replay-all over the API ends");
+    let counts: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(counts["replayed"], 30, "{body}");
+    (status, body)
 }

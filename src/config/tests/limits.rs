@@ -86,7 +86,8 @@ fn a_non_loopback_admin_listener_needs_a_token() {
     // Loopback (v4 or v6) needs none; with a token any address is fine.
     assert!(load(&format!("[server]\nadmin_listen = \"[::1]:9090\"\n{a}")).is_ok());
     set_env("SG_CFG_ADMIN_OPEN_TOKEN", "0123456789abcdef-token");
-    let text = format!("[server]\nadmin_listen = \"0.0.0.0:9090\"\nadmin_token = \"${{SG_CFG_ADMIN_OPEN_TOKEN}}\"\n{a}");
+    let text =
+        format!("[server]\nadmin_listen = \"0.0.0.0:9090\"\nadmin_token = \"${{SG_CFG_ADMIN_OPEN_TOKEN}}\"\n{a}");
     assert!(load(&text).is_ok());
     // Operator commands (`stats`, `dlq`) read the file without the secrets.
     let ov = Overrides { secrets_optional: true, ..Overrides::default() };

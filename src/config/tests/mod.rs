@@ -333,5 +333,5 @@ fn server_and_redis_bounds() {
 }
 
 mod apps;
-mod secrets;
 mod limits;
+mod secrets;

@@ -121,6 +121,8 @@ impl Gateway {
             .arg(&self.config_path)
             .arg("--data-dir")
             .arg(self._dir.path().join("data"))
+            .arg("--pid-file")
+            .arg(self.pid_file())
             .args(extra)
             .env("SG_TEST_SECRET", super::SECRET)
             .env("SG_OTHER_SECRET", "the-other-apps-secret")
@@ -138,6 +140,16 @@ impl Gateway {
 
     pub fn data_dir(&self) -> PathBuf {
         self._dir.path().join("data")
+    }
+
+    /// `run --pid-file`: what `slackgate reload --pid-file` reads.
+    pub fn pid_file(&self) -> PathBuf {
+        self._dir.path().join("slackgate.pid")
+    }
+
+    /// A path in this gateway's own temporary directory (removed with it).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self._dir.path().join(name)
     }
 
     /// The process id of the running gateway.

@@ -1,0 +1,167 @@
+//! `slackgate run`: load the config, check that its addresses are free, start the embedded
+//! Redis when no URL is set, wire the services into Pingora and run until a signal.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use pingora::server::{RunArgs, Server};
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
+
+use super::{signals, RunOpts};
+use crate::admin::Admin;
+use crate::config::{redact_url, Config, Overrides, RedisTarget};
+use crate::delivery::DeliveryService;
+use crate::embedded::EmbeddedRedis;
+use crate::ingress::{Guarded, Ingress};
+use crate::live::Live;
+
+pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
+    crate::init_tracing(opts.log_format == "json");
+    // One rustls provider for the whole process: Pingora's TLS and `rediss://` alike.
+    pingora::tls::install_default_crypto_provider();
+    let overrides = Overrides {
+        listen: opts.listen,
+        admin_listen: opts.admin_listen,
+        redis_url: opts.redis_url,
+        secrets_optional: false,
+    };
+    let config = Arc::new(Config::from_file(&opts.config.config, &overrides)?);
+    if !opts.upgrade {
+        // Pingora retries a taken port in the background while the rest runs; fail here instead.
+        preflight(&config)?;
+    }
+    let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides));
+    let embedded = match &config.redis.target {
+        RedisTarget::Embedded => Some(EmbeddedRedis::start(&opts.data_dir, opts.upgrade).context("embedded Redis")?),
+        RedisTarget::Url(_) => None,
+    };
+    let redis_url = match (&embedded, &config.redis.target) {
+        (Some(e), _) => e.url(),
+        (None, RedisTarget::Url(u)) => u.clone(),
+        (None, RedisTarget::Embedded) => unreachable!("embedded target always starts a server"),
+    };
+    // With a Redis URL nothing is written to disk (a read-only root filesystem is fine): the data
+    // dir holds the embedded Redis, and the upgrade socket only when --upgrade needs it.
+    let pid_file = opts.pid_file.clone().or_else(|| embedded.as_ref().map(|_| opts.data_dir.join("slackgate.pid")));
+    if opts.upgrade {
+        std::fs::create_dir_all(&opts.data_dir).with_context(|| format!("data dir {}", opts.data_dir.display()))?;
+    }
+    let upgrade_sock = absolute(&opts.data_dir).join("upgrade.sock");
+    let opt = pingora::server::configuration::Opt { upgrade: opts.upgrade, ..Default::default() };
+    let mut server = Server::new_with_opt_and_conf(Some(opt), config.pingora_conf(&upgrade_sock));
+    server.bootstrap();
+
+    let proxy = pingora::proxy::http_proxy(&server.configuration, Ingress::new(live.clone(), redis_url.clone()));
+    let mut ingress = Service::new("ingress".into(), Guarded::new(proxy, config.server.limits));
+    ingress.add_tcp(&config.server.listen);
+    server.add_service(ingress);
+    server.add_service(background_service("delivery", DeliveryService::new(live.clone(), redis_url.clone())));
+    if let Some(addr) = &config.server.admin_listen {
+        let mut admin = Service::new("admin".into(), Admin::new(live.clone(), redis_url.clone()));
+        admin.add_tcp(addr);
+        server.add_service(admin);
+    }
+    server.add_service(background_service("reload", signals::Reloader::new(live)));
+    if let Some(p) = &pid_file {
+        std::fs::write(p, std::process::id().to_string()).with_context(|| format!("pid file {}", p.display()))?;
+    }
+    announce(&config, &opts.config.config, embedded.as_ref());
+    let handed_over = Arc::new(AtomicBool::new(false));
+    server.run(RunArgs {
+        shutdown_signal: Box::new(signals::Signals {
+            handed_over: handed_over.clone(),
+            grace: config.server.shutdown_grace,
+        }),
+    });
+    let handed_over = handed_over.load(Ordering::Relaxed);
+    match (&pid_file, handed_over) {
+        // The successor of an upgrade owns the pid file (and the embedded Redis) now.
+        (Some(p), false) => {
+            let _ = std::fs::remove_file(p);
+        }
+        _ => {}
+    }
+    match embedded {
+        Some(_) if handed_over => {}
+        Some(e) => e.stop(),
+        None => {}
+    }
+    Ok(())
+}
+
+/// Both listening addresses must be free now: a gateway that cannot take its Slack port
+/// must not run on as if it could.
+fn preflight(config: &Config) -> anyhow::Result<()> {
+    let s = &config.server;
+    let addrs = [("server.listen", Some(&s.listen)), ("server.admin_listen", s.admin_listen.as_ref())];
+    for (key, addr) in addrs {
+        let Some(addr) = addr else { continue };
+        std::net::TcpListener::bind(addr.as_str())
+            .with_context(|| format!("cannot listen on {addr} ({key} in {})", config.source.display()))?;
+    }
+    Ok(())
+}
+
+/// The one line a user needs at start: where Slack and the admin API are served, which Redis,
+/// and each app's routes and bot.
+fn announce(config: &Config, path: &Path, embedded: Option<&EmbeddedRedis>) {
+    let s = &config.server;
+    let redis = match (&config.redis.target, embedded) {
+        (RedisTarget::Url(u), _) => redact_url(u),
+        (_, Some(e)) => format!("embedded at {}", e.url()),
+        (RedisTarget::Embedded, None) => "embedded".into(),
+    };
+    let apps: Vec<String> = config
+        .apps
+        .iter()
+        .map(|a| {
+            let mut routes = vec![a.events_path.as_str(), a.commands_path.as_str(), a.interactivity_path.as_str()];
+            routes.dedup();
+            let passthrough = if a.passthrough.is_empty() {
+                String::new()
+            } else {
+                format!(" passthrough {}", a.passthrough.join(","))
+            };
+            format!("{} [{}{passthrough}] -> {}", a.name, routes.join(","), a.upstream.url)
+        })
+        .collect();
+    tracing::info!(
+        config = %path.display(),
+        listen = %s.listen,
+        admin = s.admin_listen.as_deref().unwrap_or("off"),
+        redis = %redis,
+        apps = %apps.join("; "),
+        "slackgate started: point Slack at http(s)://<this host><path> for each app"
+    );
+}
+
+fn absolute(dir: &Path) -> PathBuf {
+    if dir.is_absolute() {
+        return dir.to_path_buf();
+    }
+    std::env::current_dir().map(|c| c.join(dir)).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// `slackgate reload`: SIGHUP to the gateway whose pid is in `pid_file`.
+pub(crate) fn reload(pid_file: &Path) -> anyhow::Result<()> {
+    let pid = std::fs::read_to_string(pid_file).with_context(|| {
+        format!(
+            "no running gateway: cannot read {} (with a Redis URL the gateway writes no pid file unless run with \
+             --pid-file; or send it SIGHUP: kill -HUP <pid>)",
+            pid_file.display()
+        )
+    })?;
+    let pid = pid.trim();
+    anyhow::ensure!(
+        !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()),
+        "{} is not a pid file",
+        pid_file.display()
+    );
+    let status = std::process::Command::new("kill").args(["-HUP", pid]).status()?;
+    anyhow::ensure!(status.success(), "cannot signal process {pid}");
+    println!("sent SIGHUP to {pid}; the gateway's log says whether the new config was taken");
+    Ok(())
+}
