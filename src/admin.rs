@@ -83,7 +83,7 @@ fn access(path: &str) -> Option<Access> {
 /// configured name, each with any port — or a configured `name:port` exactly.
 fn host_allowed(host: Option<&str>, names: &[String]) -> bool {
     let Some(host) = host.map(str::to_ascii_lowercase) else { return false };
-    if names.iter().any(|n| *n == host) {
+    if names.contains(&host) {
         return true;
     }
     let name = match host.strip_prefix('[') {

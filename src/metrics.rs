@@ -43,6 +43,8 @@ pub struct Metrics {
     pub outbox_dead: IntGaugeVec,
     /// Age of the oldest delivery waiting on the stream (ready or in flight), 0 when none.
     pub outbox_oldest_age_seconds: GaugeVec,
+    /// Dead letters dropped past `dead_ttl` (reason `ttl`) or beyond `dead_max` (`max`).
+    pub dead_evicted: IntCounterVec,
     /// Slack-facing connections open now.
     pub connections_open: IntGauge,
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
@@ -103,6 +105,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             r
         )
         .expect("unique metric"),
+        dead_evicted: counter!("dead_evicted_total", "Dead letters dropped by their bounds", &["app", "reason"]),
         connections_open: register_int_gauge_with_registry!("connections_open", "Slack-facing connections open", r)
             .expect("unique metric"),
         connections_closed: counter!(
@@ -119,7 +122,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 pub fn names() -> Vec<String> {
     use prometheus::core::Collector;
     let m = &*METRICS;
-    let collectors: [&dyn Collector; 20] = [
+    let collectors: [&dyn Collector; 21] = [
         &m.requests,
         &m.ack_seconds,
         &m.slack_retries,
@@ -138,6 +141,7 @@ pub fn names() -> Vec<String> {
         &m.outbox_scheduled,
         &m.outbox_dead,
         &m.outbox_oldest_age_seconds,
+        &m.dead_evicted,
         &m.connections_open,
         &m.connections_closed,
     ];
@@ -146,6 +150,72 @@ pub fn names() -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// Every `(kind, outcome)` a Slack-facing request of an app can be counted with.
+const REQUESTS: &[(&str, &[&str])] = &[
+    ("event", &["accepted", "duplicate", "duplicate_message", "ignored", "store_unavailable"]),
+    ("command", &["accepted", "answered", "duplicate", "ignored", "store_unavailable"]),
+    ("interactivity", &["accepted", "answered", "duplicate", "ignored", "store_unavailable"]),
+    ("opaque", &["accepted", "duplicate", "ignored", "store_unavailable"]),
+    ("url_verification", &["answered"]),
+    ("ssl_check", &["answered"]),
+    ("app_rate_limited", &["ignored"]),
+    ("unknown", &["unauthorized", "bad_request", "bad_method", "too_large", "body_timeout"]),
+];
+const RETRY_REASONS: &[&str] =
+    &["http_timeout", "http_error", "connection_failed", "ssl_error", "too_many_redirects", "other"];
+const DELIVERY_OUTCOMES: &[&str] = &["delivered", "retried", "dead", "expired", "cancelled"];
+const STATUS_CLASSES: &[&str] = &["1xx", "2xx", "3xx", "4xx", "5xx", "error", "timeout"];
+const STORE_OPERATIONS: &[&str] =
+    &["record", "read", "load", "finish", "inline_finish", "promote", "reclaim", "stats", "trim"];
+const IGNORE_REASONS: &[&str] =
+    &["channel_denied", "channel_not_allowed", "subtype", "own_message", "bot_message", "edit"];
+const INLINE_OUTCOMES: &[&str] = &["in_time", "late", "expired"];
+const REPLY_OUTCOMES: &[&str] = &["posted", "failed", "refused"];
+const EVICTION_REASONS: &[&str] = &["ttl", "max"];
+const CLOSE_REASONS: &[&str] = &["header_timeout", "idle_timeout", "over_limit"];
+
+/// Export every series of `app` with a fixed label set at zero, so that dashboards and
+/// `rate()` alerts work before the first event of each kind.
+pub fn init_app(app: &str) {
+    let m = &*METRICS;
+    for (kind, outcomes) in REQUESTS {
+        for outcome in *outcomes {
+            m.requests.with_label_values(&[app, kind, outcome]);
+        }
+    }
+    let pairs: [(&IntCounterVec, &[&str]); 7] = [
+        (&m.slack_retries, RETRY_REASONS),
+        (&m.deliveries, DELIVERY_OUTCOMES),
+        (&m.upstream_responses, STATUS_CLASSES),
+        (&m.store_errors, STORE_OPERATIONS),
+        (&m.ignored, IGNORE_REASONS),
+        (&m.response_url_posts, REPLY_OUTCOMES),
+        (&m.dead_evicted, EVICTION_REASONS),
+    ];
+    for (counter, labels) in pairs {
+        for label in labels {
+            counter.with_label_values(&[app, label]);
+        }
+    }
+    for kind in ["command", "interactivity"] {
+        for outcome in INLINE_OUTCOMES {
+            m.inline.with_label_values(&[app, kind, outcome]);
+        }
+    }
+    m.fence_rejections.with_label_values(&[app]);
+    m.cancelled.with_label_values(&[app]);
+    for h in [&m.ack_seconds, &m.attempt_seconds, &m.delivered_lag_seconds] {
+        h.with_label_values(&[app]);
+    }
+    for g in [&m.outbox_ready, &m.outbox_in_flight, &m.outbox_scheduled, &m.outbox_dead] {
+        g.with_label_values(&[app]);
+    }
+    m.outbox_oldest_age_seconds.with_label_values(&[app]);
+    for reason in CLOSE_REASONS {
+        m.connections_closed.with_label_values(&[reason]);
+    }
 }
 
 /// Prometheus text exposition of everything above.

@@ -110,6 +110,9 @@ pub struct Response {
 
 pub struct UpstreamClient {
     http: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// Bots (by upstream URL) whose last attempt got no answer at all: a bot going down or
+    /// coming back is logged once, not once per attempt.
+    unreachable: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Default for UpstreamClient {
@@ -136,13 +139,29 @@ impl UpstreamClient {
         });
         let https = builder.https_or_http().enable_http1().wrap_connector(http);
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(POOL_IDLE).build(https);
-        UpstreamClient { http }
+        UpstreamClient { http, unreachable: Default::default() }
     }
 
     /// Send one attempt; the whole exchange is bounded by `timeout`.
     pub async fn send(&self, req: Outgoing<'_>, timeout: Duration) -> Result<Response, SendError> {
         let request = signed_request(&req)?;
-        self.exchange(request, timeout).await
+        let result = self.exchange(request, timeout).await;
+        self.note_reachability(&req.upstream.url, &result);
+        result
+    }
+
+    /// Log a bot's state change: no answer at all (it is down, or not listening) or answering
+    /// again. Each attempt is counted in the metrics and audited on its own.
+    fn note_reachability(&self, url: &str, result: &Result<Response, SendError>) {
+        let mut down = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Err(e) if !down.contains(url) => {
+                down.insert(url.to_string());
+                tracing::warn!(upstream = %url, error = %e, "bot unreachable; deliveries wait and are retried");
+            }
+            Ok(_) if down.remove(url) => tracing::info!(upstream = %url, "bot reachable again"),
+            _ => {}
+        }
     }
 
     /// POST a JSON reply to a Slack `response_url` (no Slack signature: that is for bots).
@@ -215,8 +234,6 @@ pub enum ReplyOutcome {
 }
 
 impl ReplyOutcome {
-    pub const ALL: [ReplyOutcome; 3] = [ReplyOutcome::Posted, ReplyOutcome::Failed, ReplyOutcome::Refused];
-
     pub fn as_label(self) -> &'static str {
         match self {
             ReplyOutcome::Posted => "posted",

@@ -34,14 +34,11 @@ impl FormModel {
     }
 
     /// What a form with these fields is, per `classify`'s contract.
-    fn expected(&self, body: &[u8]) -> Result<Request, ClassifyError> {
+    fn expected(&self, _body: &[u8]) -> Result<Request, ClassifyError> {
         if self.ssl_check {
             return Ok(Request::SslCheck);
         }
-        let receipt = |trigger: Option<&str>| match trigger {
-            Some(t) if !t.is_empty() => id_receipt('t', t),
-            _ => body_receipt(body),
-        };
+        let receipt = |trigger: Option<&str>| trigger.filter(|t| !t.is_empty()).map(|t| id_receipt('t', t));
         if let Some(command) = &self.command {
             return Ok(Request::Delivery(Delivery {
                 kind: Kind::Command,

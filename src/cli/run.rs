@@ -77,12 +77,9 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
         }),
     });
     let handed_over = handed_over.load(Ordering::Relaxed);
-    match (&pid_file, handed_over) {
-        // The successor of an upgrade owns the pid file (and the embedded Redis) now.
-        (Some(p), false) => {
-            let _ = std::fs::remove_file(p);
-        }
-        _ => {}
+    // The successor of an upgrade owns the pid file (and the embedded Redis) now.
+    if let (Some(p), false) = (&pid_file, handed_over) {
+        let _ = std::fs::remove_file(p);
     }
     match embedded {
         Some(_) if handed_over => {}

@@ -12,14 +12,14 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use std::sync::atomic::Ordering;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::config::{AppConfig, Config};
 use crate::live::Live;
 use crate::metrics::METRICS;
-use crate::outbox::{self, Finish, Lease, ShardKeys, Store};
+use crate::outbox::{self, Finish, Lease, Loaded, ShardKeys, Store};
 use crate::slack::{self, Kind};
 use crate::upstream::{Outgoing, UpstreamClient};
 use policy::Verdict;
@@ -32,6 +32,12 @@ const BATCH: usize = 64;
 /// Due retries moved back onto the stream per script call.
 const PROMOTE_BATCH: usize = 1000;
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
+/// How often dead letters past their bounds are dropped, and at most how many per call.
+const TRIM_EVERY: Duration = Duration::from_secs(1);
+const TRIM_BATCH: usize = 1000;
+/// Consumers of gone processes (nothing pending, no read for this long) are forgotten.
+const CONSUMERS_EVERY: Duration = Duration::from_secs(60);
+const CONSUMER_IDLE: Duration = Duration::from_secs(600);
 
 /// Whether this process's delivery workers are running, for `/readyz`.
 pub static WORKERS_RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -64,6 +70,7 @@ impl DeliveryService {
     ) -> JoinSet<()> {
         let mut tasks = JoinSet::new();
         for app in &config.apps {
+            crate::metrics::init_app(&app.name);
             let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
             let shards: Vec<ShardKeys> =
                 (0..config.redis.shards).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
@@ -75,6 +82,7 @@ impl DeliveryService {
                     client: client.clone(),
                     permits: permits.clone(),
                     consumer: self.consumer.clone(),
+                    shards: config.redis.shards,
                     response_url_hosts: config.server.response_url_hosts.clone().into(),
                 });
                 tasks.spawn(read_loop(s.clone(), self.redis_url.clone(), stop.clone()));
@@ -94,6 +102,8 @@ struct Shard {
     client: Arc<UpstreamClient>,
     permits: Arc<Semaphore>,
     consumer: String,
+    /// How many shards the app has (its dead-letter bound is split among them).
+    shards: u16,
     /// Where a late reply may go (`[server] response_url_hosts`).
     response_url_hosts: Arc<[String]>,
 }
@@ -106,6 +116,7 @@ impl BackgroundService for DeliveryService {
             Err(e) => return warn!(error = %e, "delivery workers cannot start"),
         };
         let client = Arc::new(UpstreamClient::new());
+        warn_if_evicting(&store).await;
         let mut generations = self.live.subscribe();
         WORKERS_RUNNING.store(true, Ordering::Relaxed);
         // One round per config generation: a reload stops the loops (attempts in flight go on
@@ -130,6 +141,15 @@ impl BackgroundService for DeliveryService {
     }
 }
 
+/// An evicted outbox entry is a lost delivery: say so at start when Redis may evict keys.
+async fn warn_if_evicting(store: &Store) {
+    if let Ok(Ok(Some(policy))) = tokio::time::timeout(Duration::from_secs(2), store.eviction_policy()).await {
+        if policy != "noeviction" {
+            warn!(policy, "Redis maxmemory-policy may evict keys, and an evicted outbox entry is a lost delivery: set maxmemory-policy noeviction");
+        }
+    }
+}
+
 async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) {
     // Its own connection: a blocking XREADGROUP would stall a shared multiplexed one.
     let mut conn = match outbox::connect_lazy(&url, READ_BLOCK + Duration::from_secs(2)) {
@@ -139,13 +159,30 @@ async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) 
     let mut pause = Duration::from_millis(100);
     // The group is created once, and again after an error (a Redis that lost its data).
     let mut group_ready = false;
+    let reclaim_every = (s.app.delivery.lease / 4).max(Duration::from_millis(250));
+    let mut last_reclaim = tokio::time::Instant::now();
+    // The shards of an app share its permits: each reader takes at most its share at a time.
+    let share = (s.app.delivery.max_in_flight / usize::from(s.shards.max(1))).clamp(1, BATCH);
     let _running = crate::drain::READERS.enter();
     while !*stop.borrow() && !crate::drain::draining() {
-        let first = tokio::select! {
+        // Take no more entries than there are permits for: an entry read is leased, and its
+        // lease must not run while it waits for a permit.
+        let mut permits = tokio::select! {
             p = s.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
             _ = stop.changed() => break,
         };
-        let count = (1 + s.permits.available_permits()).min(BATCH);
+        let more = s.permits.available_permits().min(share - 1) as u32;
+        if let Ok(extra) = s.permits.clone().try_acquire_many_owned(more) {
+            permits.merge(extra);
+        }
+        if last_reclaim.elapsed() >= reclaim_every {
+            last_reclaim = tokio::time::Instant::now();
+            permits = match reclaim(&s, permits).await {
+                Some(left) => left,
+                None => continue,
+            };
+        }
+        let count = permits.num_permits();
         let read = async {
             if !group_ready {
                 s.store.ensure_group(&s.keys).await?;
@@ -160,13 +197,13 @@ async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) 
         match leases {
             Ok(leases) => {
                 pause = Duration::from_millis(100);
-                spawn_attempts(&s, leases, Some(first)).await;
+                spawn_attempts(&s, leases, permits);
             }
             Err(e) => {
                 group_ready = false;
                 METRICS.store_errors.with_label_values(&[&s.app.name, "read"]).inc();
                 warn!(app = %s.app.name, error = %e, "outbox read failed");
-                drop(first);
+                drop(permits);
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
@@ -198,54 +235,105 @@ async fn gauge_loop(app: String, shards: Vec<ShardKeys>, store: Store, mut stop:
     }
 }
 
-/// Promote due retries often; re-claim expired leases every quarter lease.
+/// Promote due retries often; bound the dead letters every second; forget consumers of gone
+/// processes every minute. (Expired leases are re-claimed by the reader, which holds the
+/// permits to run them.)
 async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>) {
-    let reclaim_every = (s.app.delivery.lease / 4).max(Duration::from_millis(250));
-    let mut last_reclaim = tokio::time::Instant::now();
+    let mut last_trim = tokio::time::Instant::now() - TRIM_EVERY;
+    let mut last_consumers = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(PROMOTE_EVERY) => {}
             _ = stop.changed() => return,
         }
-        // A full batch means more are due (a backlog after an outage): keep going, so that
-        // promotion never caps the drain rate.
-        loop {
-            match s.store.promote(&s.keys, now_ms(), PROMOTE_BATCH).await {
-                Ok(n) if n == PROMOTE_BATCH && !crate::drain::draining() => continue,
-                Ok(_) => break,
-                Err(e) => {
-                    METRICS.store_errors.with_label_values(&[&s.app.name, "promote"]).inc();
-                    break debug!(app = %s.app.name, error = %e, "promote failed");
-                }
-            }
-        }
-        if last_reclaim.elapsed() < reclaim_every || crate::drain::draining() {
+        promote_due(&s).await;
+        if crate::drain::draining() {
             continue;
         }
-        last_reclaim = tokio::time::Instant::now();
-        let room = s.permits.available_permits().min(BATCH);
-        if room == 0 {
-            continue;
+        if last_trim.elapsed() >= TRIM_EVERY {
+            last_trim = tokio::time::Instant::now();
+            trim_dead(&s).await;
         }
-        match s.store.reclaim(&s.keys, &s.consumer, s.app.delivery.lease, room).await {
-            Ok(leases) if !leases.is_empty() => {
-                info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
-                spawn_attempts(&s, leases, None).await;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                METRICS.store_errors.with_label_values(&[&s.app.name, "reclaim"]).inc();
-                debug!(app = %s.app.name, error = %e, "reclaim failed");
+        if last_consumers.elapsed() >= CONSUMERS_EVERY {
+            last_consumers = tokio::time::Instant::now();
+            match s.store.remove_idle_consumers(&s.keys, CONSUMER_IDLE, &s.consumer).await {
+                Ok(0) => {}
+                Ok(n) => info!(app = %s.app.name, removed = n, "removed idle consumers of gone gateway processes"),
+                Err(e) => debug!(app = %s.app.name, error = %e, "cannot list consumers"),
             }
         }
     }
 }
 
-async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut first: Option<tokio::sync::OwnedSemaphorePermit>) {
+/// Move due retries back onto the stream. A full batch means more are due (a backlog after an
+/// outage): keep going, so that promotion never caps the drain rate.
+async fn promote_due(s: &Shard) {
+    loop {
+        match s.store.promote(&s.keys, now_ms(), PROMOTE_BATCH).await {
+            Ok(n) if n == PROMOTE_BATCH && !crate::drain::draining() => continue,
+            Ok(_) => break,
+            Err(e) => {
+                METRICS.store_errors.with_label_values(&[&s.app.name, "promote"]).inc();
+                break debug!(app = %s.app.name, error = %e, "promote failed");
+            }
+        }
+    }
+}
+
+/// Drop the dead letters past `dead_ttl` or beyond `dead_max` (this shard's share of it).
+async fn trim_dead(s: &Shard) {
+    let d = &s.app.delivery;
+    let oldest_kept = now_ms().saturating_sub(d.dead_ttl.as_millis() as u64);
+    let max_kept = d.dead_max.div_ceil(usize::from(s.shards.max(1)));
+    loop {
+        let t = match s.store.trim_dead(&s.keys, oldest_kept, max_kept, TRIM_BATCH).await {
+            Ok(t) => t,
+            Err(e) => {
+                METRICS.store_errors.with_label_values(&[&s.app.name, "trim"]).inc();
+                return debug!(app = %s.app.name, error = %e, "cannot trim dead letters");
+            }
+        };
+        for (reason, n) in [("ttl", t.by_age), ("max", t.by_count)] {
+            if n > 0 {
+                METRICS.dead_evicted.with_label_values(&[&s.app.name, reason]).inc_by(n);
+                warn!(app = %s.app.name, dropped = n, reason, "dead letters dropped (delivery.dead_ttl / dead_max)");
+            }
+        }
+        if t.by_age + t.by_count < TRIM_BATCH as u64 {
+            return;
+        }
+    }
+}
+
+/// Take over entries whose lease ran out, as many as `permits` allow; returns the permits
+/// left for reading new entries (`None`: all were used).
+async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+    match s.store.reclaim(&s.keys, &s.consumer, s.app.delivery.lease, permits.num_permits()).await {
+        Ok(leases) if !leases.is_empty() => {
+            info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
+            let used = permits.split(leases.len().min(permits.num_permits()));
+            if let Some(used) = used {
+                spawn_attempts(s, leases, used);
+            }
+            (permits.num_permits() > 0).then_some(permits)
+        }
+        Ok(_) => Some(permits),
+        Err(e) => {
+            METRICS.store_errors.with_label_values(&[&s.app.name, "reclaim"]).inc();
+            debug!(app = %s.app.name, error = %e, "reclaim failed");
+            Some(permits)
+        }
+    }
+}
+
+/// One task per lease, each with one of `permits` (taken before the entries were read); the
+/// permits of entries that did not come are released.
+fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut permits: OwnedSemaphorePermit) {
     for lease in leases {
-        let permit = match first.take() {
-            Some(p) => p,
-            None => s.permits.clone().acquire_owned().await.expect("semaphore is never closed"),
+        let Some(permit) = permits.split(1) else {
+            // Never more entries than permits; if Redis returned more, the rest wait for a
+            // reclaim after their lease.
+            return warn!(app = %s.app.name, "more entries than permits");
         };
         let s = s.clone();
         let in_flight = crate::drain::ATTEMPTS.enter();
@@ -263,12 +351,17 @@ async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut first: Option<to
 /// One attempt for one leased entry, start to fenced finish.
 async fn attempt(s: &Shard, lease: Lease) {
     let app = &s.app.name;
-    let stored = match s.store.load(&s.keys, &lease.delivery).await {
-        Ok(Some(d)) => d,
-        Ok(None) => {
+    let stored = match s.store.load_leased(&s.keys, &s.consumer, &lease).await {
+        Ok(Loaded::Stored(d)) => d,
+        Ok(Loaded::Gone) => {
             // The delivery's record is gone (cancelled or already completed): drop the entry.
             let _ = s.store.finish(&s.keys, &s.consumer, &lease, Finish::Done).await;
             return;
+        }
+        Ok(Loaded::LeaseLost) => {
+            // Taken over while this worker waited for a permit: the new holder sends it.
+            METRICS.fence_rejections.with_label_values(&[app]).inc();
+            return debug!("lease lost before the attempt; not sent");
         }
         Err(e) => {
             METRICS.store_errors.with_label_values(&[app, "load"]).inc();

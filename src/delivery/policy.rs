@@ -33,9 +33,9 @@ pub fn step<'a>(
 ) -> (Finish<'a>, &'static str) {
     match verdict {
         Verdict::Delivered => (Finish::Done, "delivered"),
-        Verdict::Final { status, error } => (Finish::Dead { now_ms, status, error }, "dead"),
+        Verdict::Final { status, error } => (Finish::Dead { now_ms, status, error, final_: true }, "dead"),
         Verdict::Retry { status, error, .. } if given_up(cfg, received_ms, now_ms) => {
-            (Finish::Dead { now_ms, status, error }, "dead")
+            (Finish::Dead { now_ms, status, error, final_: false }, "dead")
         }
         Verdict::Retry { status, error, after } => {
             let delay = backoff(cfg, retries, *after, rand::random::<f64>());

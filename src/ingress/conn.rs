@@ -42,8 +42,6 @@ pub enum Closed {
 }
 
 impl Closed {
-    pub const ALL: [Closed; 3] = [Closed::HeaderTimeout, Closed::IdleTimeout, Closed::OverLimit];
-
     pub fn as_label(self) -> &'static str {
         match self {
             Closed::HeaderTimeout => "header_timeout",

@@ -6,6 +6,7 @@
 mod conn;
 mod inline;
 mod passthrough;
+mod plan;
 
 pub use conn::Guarded;
 
@@ -24,8 +25,8 @@ use tracing::{info, warn};
 use crate::config::{AppConfig, Config, RouteKind};
 use crate::delivery::now_ms;
 use crate::metrics::METRICS;
-use crate::outbox::{self, NewDelivery, Placement, Recorded, ShardKeys, Store};
-use crate::slack::{self, Kind, Request};
+use crate::outbox::{self, NewDelivery, Recorded, ShardKeys, Store};
+use crate::slack::{self, Request};
 use crate::upstream::UpstreamClient;
 
 pub struct Ingress {
@@ -173,48 +174,31 @@ impl Ingress {
     ) -> Answer {
         let kind = d.kind.as_str();
         audit.detail.clone_from(&d.detail);
-        audit.receipt.clone_from(&d.receipt);
-        let message = d.message.as_ref();
-        let cancel = message.filter(|_| app.cancel_on_delete).and_then(slack::deleted_message_key);
-        let ignored = slack::ignore_reason(&d, &app.rules);
-        if let Some(reason) = ignored {
+        audit.receipt = d.receipt.clone().unwrap_or_default();
+        let received_ms = now_ms();
+        let plan = plan::plan(&d, app, self.config.redis.shards, received_ms, rand::random::<u64>());
+        if let Some(reason) = plan.ignored {
             METRICS.ignored.with_label_values(&[&app.name, reason]).inc();
             audit.reason = reason.into();
-            if cancel.is_none() {
-                return Answer::empty(200, kind, "ignored");
-            }
         }
-        let claim = message.filter(|_| app.message_dedupe).and_then(slack::message_key);
-        audit.message_key = claim.clone().or_else(|| cancel.clone()).unwrap_or_default();
-        // The message identity picks the shard, so every event of one message meets its claim.
-        let shard_key = claim.as_deref().or(cancel.as_deref()).unwrap_or(&d.receipt);
-        let shard = outbox::shard_of(shard_key, self.config.redis.shards);
-        let keys = ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard);
-        let id = format!("{shard}-{:016x}", rand::random::<u64>());
+        if plan.skips_store() {
+            return Answer::empty(200, kind, "ignored");
+        }
+        audit.message_key = plan.claim.clone().or_else(|| plan.cancel.clone()).unwrap_or_default();
+        let keys = ShardKeys::new(&self.config.redis.key_prefix, &app.name, plan.shard);
         let path = session.req_header().uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let inline = match d.kind {
-            Kind::Command => app.inline_command,
-            Kind::Interactivity => app.inline_interactivity,
-            Kind::Event | Kind::Opaque => None,
-        };
-        let received_ms = now_ms();
-        let placement = match (ignored, inline) {
-            (Some(_), _) => Placement::Discard,
-            (None, Some(_)) => Placement::Inline { due_ms: received_ms + app.delivery.lease.as_millis() as u64 },
-            (None, None) => Placement::Stream,
-        };
         let new = NewDelivery {
-            id: &id,
-            receipt: &d.receipt,
+            id: &plan.id,
+            receipt: d.receipt.as_deref(),
             body: &body,
             content_type: &ct,
             path,
             kind: d.kind,
             received_ms,
             ttl: app.receipt_ttl,
-            placement,
-            claim: claim.as_deref(),
-            cancel: cancel.as_deref(),
+            placement: plan.placement,
+            claim: plan.claim.as_deref(),
+            cancel: plan.cancel.as_deref(),
             detail: &d.detail,
             response_url: d.response_url.as_deref().unwrap_or(""),
         };
@@ -242,18 +226,18 @@ impl Ingress {
                     METRICS.deliveries.with_label_values(&[&app.name, "cancelled"]).inc();
                     audit.reason = "cancelled the deleted message's delivery".into();
                 }
-                if ignored.is_some() {
+                if plan.ignored.is_some() {
                     return Answer::empty(200, kind, "ignored");
                 }
-                audit.delivery.clone_from(&id);
-                let Some(budget) = inline else { return Answer::empty(200, kind, "accepted") };
+                audit.delivery.clone_from(&plan.id);
+                let Some(budget) = plan.inline else { return Answer::empty(200, kind, "accepted") };
                 let job = inline::InlineJob {
                     app: app.clone(),
                     keys,
                     store: store.clone(),
                     client: self.client.clone(),
                     path: path.to_string(),
-                    id,
+                    id: plan.id,
                     kind: d.kind,
                     detail: d.detail,
                     response_url: d.response_url,

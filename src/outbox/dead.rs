@@ -103,6 +103,7 @@ impl Store {
             .key(&keys.dead)
             .key(&keys.stream)
             .key(keys.delivery(delivery))
+            .key(&keys.wait)
             .arg(delivery)
             .arg(mode)
             .arg(now_ms)

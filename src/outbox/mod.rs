@@ -5,17 +5,22 @@
 //! Keys of one shard share the hash tag `{prefix:app:shard}`:
 //! `…:r:<receipt>` receipt (value: delivery id) · `…:outbox` stream (`d` = delivery id) ·
 //! `…:d:<id>` delivery hash (body, content type, path, kind, received-at, retries) ·
-//! `…:sched` zset of due retries · `…:dead` dead-letter stream.
+//! `…:sched` zset of due retries · `…:dead` dead-letter stream · `…:wait` every waiting
+//! delivery by received-at · `…:r:m:…:alt` the other copies of a claimed message.
 
 mod dead;
+mod maintain;
 mod scripts;
 
 pub use dead::DeadLetter;
+pub use maintain::{app_stats, OutboxStats, Trimmed};
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use redis::aio::ConnectionManager;
+use std::collections::HashMap;
+
 use redis::{AsyncCommands, Script, Value};
 
 use crate::slack::Kind;
@@ -38,12 +43,19 @@ pub struct ShardKeys {
     pub stream: String,
     pub sched: String,
     pub dead: String,
+    pub wait: String,
 }
 
 impl ShardKeys {
     pub fn new(prefix: &str, app: &str, shard: u16) -> Self {
         let tag = format!("{{{prefix}:{app}:{shard}}}");
-        ShardKeys { stream: format!("{tag}:outbox"), sched: format!("{tag}:sched"), dead: format!("{tag}:dead"), tag }
+        ShardKeys {
+            stream: format!("{tag}:outbox"),
+            sched: format!("{tag}:sched"),
+            dead: format!("{tag}:dead"),
+            wait: format!("{tag}:wait"),
+            tag,
+        }
     }
 
     pub fn receipt(&self, receipt: &str) -> String {
@@ -68,7 +80,8 @@ pub fn shard_of(key: &str, shards: u16) -> u16 {
 /// A verified delivery about to be recorded.
 pub struct NewDelivery<'a> {
     pub id: &'a str,
-    pub receipt: &'a str,
+    /// What absorbs Slack's redeliveries; `None`: nothing does (see `slack::Delivery`).
+    pub receipt: Option<&'a str>,
     pub body: &'a [u8],
     pub content_type: &'a [u8],
     pub path: &'a str,
@@ -140,45 +153,39 @@ pub struct Stored {
 #[derive(Debug, Clone)]
 pub enum Finish<'a> {
     Done,
-    Retry { due_ms: u64, status: &'a str, error: &'a str },
-    Dead { now_ms: u64, status: &'a str, error: &'a str },
+    Retry {
+        due_ms: u64,
+        status: &'a str,
+        error: &'a str,
+    },
+    /// Parked in the dead-letter stream. `final_` when the bot refused it (a 4xx), rather
+    /// than time running out: another copy of its message may then be delivered instead.
+    Dead {
+        now_ms: u64,
+        status: &'a str,
+        error: &'a str,
+        final_: bool,
+    },
 }
 
 impl Finish<'_> {
-    fn parts(&self) -> (&'static str, u64, &str, &str) {
+    fn parts(&self) -> (&'static str, u64, &str, &str, bool) {
         match *self {
-            Finish::Done => ("done", now_ms(), "", ""),
-            Finish::Retry { due_ms, status, error } => ("retry", due_ms, status, error),
-            Finish::Dead { now_ms, status, error } => ("dead", now_ms, status, error),
+            Finish::Done => ("done", now_ms(), "", "", false),
+            Finish::Retry { due_ms, status, error } => ("retry", due_ms, status, error, false),
+            Finish::Dead { now_ms, status, error, final_ } => ("dead", now_ms, status, error, final_),
         }
     }
 }
 
-/// What an app's outbox holds right now.
-#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct OutboxStats {
-    pub ready: u64,
-    pub in_flight: u64,
-    pub scheduled: u64,
-    pub dead: u64,
-    pub oldest_age_ms: u64,
-    /// Deliveries completed in the previous whole minute.
-    pub delivered_last_minute: u64,
-}
-
-/// Sum the stats of an app's shards.
-pub async fn app_stats(store: &Store, shards: &[ShardKeys], now_ms: u64) -> Result<OutboxStats, StoreError> {
-    let mut total = OutboxStats::default();
-    for keys in shards {
-        let s = store.shard_stats(keys, now_ms).await?;
-        total.ready += s.ready;
-        total.in_flight += s.in_flight;
-        total.scheduled += s.scheduled;
-        total.dead += s.dead;
-        total.oldest_age_ms = total.oldest_age_ms.max(s.oldest_age_ms);
-        total.delivered_last_minute += s.delivered_last_minute;
-    }
-    Ok(total)
+/// What a worker finds when it loads the entry it leased.
+#[derive(Debug)]
+pub enum Loaded {
+    Stored(Box<Stored>),
+    /// The delivery's record is gone (cancelled, or completed meanwhile).
+    Gone,
+    /// Another worker holds the entry now: the attempt must not be made.
+    LeaseLost,
 }
 
 fn now_ms() -> u64 {
@@ -197,6 +204,9 @@ pub struct Store {
     promote: Script,
     stats: Script,
     dead: Script,
+    load: Script,
+    trim_dead: Script,
+    remove_idle_consumers: Script,
 }
 
 /// A ConnectionManager that connects on first use; call from the runtime that will use it
@@ -223,13 +233,17 @@ impl Store {
             promote: Script::new(scripts::PROMOTE),
             stats: Script::new(scripts::STATS),
             dead: Script::new(scripts::DEAD),
+            load: Script::new(scripts::LOAD),
+            trim_dead: Script::new(scripts::TRIM_DEAD),
+            remove_idle_consumers: Script::new(scripts::REMOVE_IDLE_CONSUMERS),
         }
     }
 
     /// The one round trip before the ack: claim the receipt and append to the outbox, or report
     /// a duplicate.
     pub async fn record(&self, keys: &ShardKeys, d: &NewDelivery<'_>) -> Result<Recorded, StoreError> {
-        let receipt = keys.receipt(d.receipt);
+        let hash = keys.delivery(d.id);
+        let receipt = d.receipt.map(|r| keys.receipt(r));
         let claim = d.claim.map(|c| keys.receipt(c));
         let cancel = d.cancel.map(|c| keys.receipt(c));
         let (mode, due) = match d.placement {
@@ -239,12 +253,13 @@ impl Store {
         };
         let (status, id, cancelled): (i64, String, i64) = self
             .record
-            .key(&receipt)
+            .key(receipt.as_deref().unwrap_or(&hash))
             .key(&keys.stream)
-            .key(keys.delivery(d.id))
+            .key(&hash)
             .key(&keys.sched)
-            .key(claim.as_deref().unwrap_or(&receipt))
-            .key(cancel.as_deref().unwrap_or(&receipt))
+            .key(claim.as_deref().unwrap_or(&hash))
+            .key(cancel.as_deref().unwrap_or(&hash))
+            .key(&keys.wait)
             .arg(d.ttl.as_millis() as u64)
             .arg(d.id)
             .arg(d.body)
@@ -260,6 +275,7 @@ impl Store {
             .arg(GROUP)
             .arg(d.detail)
             .arg(d.response_url)
+            .arg(u8::from(receipt.is_some()))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match status {
@@ -272,12 +288,13 @@ impl Store {
     /// Fenced completion of an inline delivery by the ingress that holds it. `false`: its
     /// hold ran out and the workers own it now; nothing was changed.
     pub async fn inline_finish(&self, keys: &ShardKeys, delivery: &str, how: Finish<'_>) -> Result<bool, StoreError> {
-        let (mode, at, status, error) = how.parts();
+        let (mode, at, status, error, _) = how.parts();
         let ok: i64 = self
             .inline_finish
             .key(&keys.sched)
             .key(keys.delivery(delivery))
             .key(&keys.dead)
+            .key(&keys.wait)
             .arg(delivery)
             .arg(mode)
             .arg(at)
@@ -307,26 +324,29 @@ impl Store {
 
     /// Load a delivery's stored fields; `None` when it no longer exists.
     pub async fn load(&self, keys: &ShardKeys, delivery: &str) -> Result<Option<Stored>, StoreError> {
-        let map: std::collections::HashMap<String, Vec<u8>> =
-            self.conn.clone().hgetall(keys.delivery(delivery)).await?;
-        if map.is_empty() {
-            return Ok(None);
+        let map: HashMap<String, Vec<u8>> = self.conn.clone().hgetall(keys.delivery(delivery)).await?;
+        Ok((!map.is_empty()).then(|| stored(&map)))
+    }
+
+    /// Load the delivery a worker leased, checking in the same step that the lease is still
+    /// its own: an attempt is never sent for an entry another worker holds.
+    pub async fn load_leased(&self, keys: &ShardKeys, consumer: &str, lease: &Lease) -> Result<Loaded, StoreError> {
+        let reply: Value = self
+            .load
+            .key(&keys.stream)
+            .key(keys.delivery(&lease.delivery))
+            .arg(GROUP)
+            .arg(&lease.entry)
+            .arg(consumer)
+            .arg(lease.token)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        if let Value::Int(_) = reply {
+            return Ok(Loaded::LeaseLost);
         }
-        let text = |k: &str| map.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
-        let num = |k: &str| text(k).parse::<u64>().unwrap_or(0);
-        Ok(Some(Stored {
-            body: Bytes::from(map.get("b").cloned().unwrap_or_default()),
-            content_type: text("ct"),
-            path: text("p"),
-            kind: Kind::parse(&text("k")),
-            received_ms: num("rcv"),
-            retries: num("n"),
-            detail: text("x"),
-            response_url: text("ru"),
-            last_status: text("st"),
-            last_error: text("err"),
-            dead: map.contains_key("de"),
-        }))
+        let map: HashMap<String, Vec<u8>> =
+            redis::from_redis_value(reply).map_err(|e| StoreError::Protocol(e.to_string()))?;
+        Ok(if map.is_empty() { Loaded::Gone } else { Loaded::Stored(Box::new(stored(&map))) })
     }
 
     /// Keep holding an entry during a long attempt. `false`: the lease was lost.
@@ -351,13 +371,14 @@ impl Store {
         lease: &Lease,
         how: Finish<'_>,
     ) -> Result<bool, StoreError> {
-        let (mode, at, status, error) = how.parts();
+        let (mode, at, status, error, final_) = how.parts();
         let ok: i64 = self
             .finish
             .key(&keys.stream)
             .key(keys.delivery(&lease.delivery))
             .key(&keys.sched)
             .key(&keys.dead)
+            .key(&keys.wait)
             .arg(GROUP)
             .arg(&lease.entry)
             .arg(consumer)
@@ -368,75 +389,10 @@ impl Store {
             .arg(status)
             .arg(error)
             .arg(&keys.tag)
+            .arg(u8::from(final_))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(ok == 1)
-    }
-
-    /// One shard's counts.
-    pub async fn shard_stats(&self, keys: &ShardKeys, now_ms: u64) -> Result<OutboxStats, StoreError> {
-        let (ready, in_flight, scheduled, dead, oldest): (u64, u64, u64, u64, String) = self
-            .stats
-            .key(&keys.stream)
-            .key(&keys.sched)
-            .key(&keys.dead)
-            .arg(GROUP)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        let oldest_ms = oldest.split('-').next().and_then(|ms| ms.parse::<u64>().ok());
-        let minute = now_ms / 60_000;
-        let delivered: Option<u64> =
-            self.conn.clone().get(format!("{}:delivered:{}", keys.tag, minute.saturating_sub(1))).await?;
-        Ok(OutboxStats {
-            ready,
-            in_flight,
-            scheduled,
-            dead,
-            oldest_age_ms: oldest_ms.map(|ms| now_ms.saturating_sub(ms)).unwrap_or(0),
-            delivered_last_minute: delivered.unwrap_or(0),
-        })
-    }
-
-    /// Take over entries idle longer than `lease`.
-    pub async fn reclaim(
-        &self,
-        keys: &ShardKeys,
-        consumer: &str,
-        lease: Duration,
-        max: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        let flat: Vec<Value> = self
-            .reclaim
-            .key(&keys.stream)
-            .arg(GROUP)
-            .arg(consumer)
-            .arg(lease.as_millis() as u64)
-            .arg(max)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        flat.chunks_exact(3)
-            .map(|c| {
-                let entry: String = redis::from_redis_value_ref(&c[0])?;
-                let delivery: String = redis::from_redis_value_ref(&c[1])?;
-                let token: u64 = redis::from_redis_value_ref(&c[2])?;
-                Ok(Lease { entry, delivery, token })
-            })
-            .collect::<Result<_, redis::RedisError>>()
-            .map_err(StoreError::from)
-    }
-
-    /// Move due retries back onto the stream.
-    pub async fn promote(&self, keys: &ShardKeys, now_ms: u64, max: usize) -> Result<usize, StoreError> {
-        let n: usize = self
-            .promote
-            .key(&keys.sched)
-            .key(&keys.stream)
-            .arg(now_ms)
-            .arg(max)
-            .arg(&keys.tag)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(n)
     }
 
     /// Redis' `maxmemory-policy` (from `INFO memory`, which managed Redis services allow where
@@ -450,6 +406,25 @@ impl Store {
     pub async fn ping(&self) -> Result<(), StoreError> {
         let _: String = redis::cmd("PING").query_async(&mut self.conn.clone()).await?;
         Ok(())
+    }
+}
+
+/// A delivery hash's fields, as stored by the scripts.
+fn stored(map: &HashMap<String, Vec<u8>>) -> Stored {
+    let text = |k: &str| map.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
+    let num = |k: &str| text(k).parse::<u64>().unwrap_or(0);
+    Stored {
+        body: Bytes::from(map.get("b").cloned().unwrap_or_default()),
+        content_type: text("ct"),
+        path: text("p"),
+        kind: Kind::parse(&text("k")),
+        received_ms: num("rcv"),
+        retries: num("n"),
+        detail: text("x"),
+        response_url: text("ru"),
+        last_status: text("st"),
+        last_error: text("err"),
+        dead: map.contains_key("de"),
     }
 }
 

@@ -1,30 +1,94 @@
 //! The Lua scripts that make each outbox transition atomic on one Redis node. Every key a script
-//! touches shares one hash tag (`{prefix:app:shard}`), so they run unchanged on Redis Cluster.
+//! touches shares one hash tag (`{prefix:app:shard}`); keys built inside a script from that tag
+//! or from a declared key live in the same slot, so they run unchanged on Redis Cluster.
 //!
 //! The fence is the pending-list entry itself: who owns it (`consumer`) and how many times it
 //! has been handed out (`times delivered`, which XREADGROUP sets to 1 and every XAUTOCLAIM bumps).
 //! A worker holds `(consumer, count)` as its claim token; once anyone re-claims the entry the
 //! count moves on and the old holder's completion is refused.
+//!
+//! The waiting index (`…:wait`, scored by received-at) holds every delivery that is not done or
+//! dead, wherever it waits (on the stream, in flight, held inline or scheduled for a retry), so
+//! the age of the oldest waiting delivery is one read.
+//!
+//! A message claim's other copies (`<claim>:alt`, a list of delivery ids whose hashes expire with
+//! the claim) are kept while the copy holding the claim waits: if the bot refuses the holder
+//! with a final 4xx (it has no listener for `app_mention`, say) the next copy is delivered
+//! instead; once the holder is delivered they are dropped.
 
-/// KEYS: receipt, outbox stream, delivery hash, schedule zset, message claim (or the receipt
-/// again when there is none), the claim of a message being deleted (or the receipt again).
-/// ARGV: receipt ttl ms, delivery id, body, content type, path, kind, received-at ms,
-/// placement (stream | inline | discard: only the receipt and the cancellation), inline due ms, has claim (0/1), has cancel (0/1), key tag,
-/// group, detail, response url.
+/// Helpers shared by the scripts that touch message claims. `tag` is the shard's key tag.
+macro_rules! with_claim_helpers {
+    ($body:literal) => {
+        concat!(
+            r#"
+local function drop_alternates(claim, tag)
+  for _, id in ipairs(redis.call('LRANGE', claim .. ':alt', 0, -1)) do
+    redis.call('DEL', tag .. ':d:' .. id)
+  end
+  redis.call('DEL', claim .. ':alt')
+end
+local function promote_alternate(claim, tag, stream, wait)
+  local alt = redis.call('LPOP', claim .. ':alt')
+  while alt do
+    local hk = tag .. ':d:' .. alt
+    if redis.call('EXISTS', hk) == 1 then
+      redis.call('PERSIST', hk)
+      redis.call('HSET', hk, 'e', redis.call('XADD', stream, '*', 'd', alt))
+      redis.call('ZADD', wait, redis.call('HGET', hk, 'rcv'), alt)
+      redis.call('SET', claim, alt, 'XX', 'KEEPTTL')
+      return
+    end
+    alt = redis.call('LPOP', claim .. ':alt')
+  end
+end
+"#,
+            $body
+        )
+    };
+}
+
+/// KEYS: receipt (or the delivery hash when there is none), outbox stream, delivery hash,
+/// schedule zset, message claim (or the hash), the claim of a message being deleted (or the
+/// hash), waiting index.
+/// ARGV: 1 receipt ttl ms, 2 delivery id, 3 body, 4 content type, 5 path, 6 kind, 7 received-at
+/// ms, 8 placement (stream | inline | discard: only the receipt and the cancellation), 9 inline
+/// due ms, 10 has claim (0/1), 11 has cancel (0/1), 12 key tag, 13 group, 14 detail,
+/// 15 response url, 16 has receipt (0/1).
 ///
 /// Returns {1, id, cancelled} when recorded, {0, original id, 0} for a retry of a known
-/// receipt, {2, original id, 0} for another event of a message already claimed. An inline
+/// receipt, {2, holder id, 0} for another event of a message already claimed. An inline
 /// delivery goes to the schedule zset with a due time one lease ahead: the ingress owns it
 /// while its score is in the future, and if the ingress dies it is promoted like any retry.
-/// (Keys built from ARGV below share KEYS' hash tag, so they live on the same node.)
-pub const RECORD: &str = r#"
-if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[1]) then
+pub const RECORD: &str = with_claim_helpers!(
+    r#"
+local function store(hk)
+  redis.call('HSET', hk, 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6], 'rcv', ARGV[7], 'n', 0,
+    'x', ARGV[14], 'ru', ARGV[15])
+end
+if ARGV[16] == '1' and not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[1]) then
   return {0, redis.call('GET', KEYS[1]) or '', 0}
 end
 if ARGV[10] == '1' and not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[1]) then
-  local original = redis.call('GET', KEYS[5]) or ''
-  redis.call('SET', KEYS[1], original, 'XX', 'KEEPTTL')
-  return {2, original, 0}
+  local holder = redis.call('GET', KEYS[5]) or ''
+  local hhk = ARGV[12] .. ':d:' .. holder
+  if redis.call('HGET', hhk, 'fin') == '1' then
+    -- The bot refused the copy holding the claim with a final 4xx: this copy takes it over.
+    redis.call('SET', KEYS[5], ARGV[2], 'XX', 'KEEPTTL')
+  else
+    if ARGV[16] == '1' then
+      redis.call('SET', KEYS[1], holder, 'XX', 'KEEPTTL')
+    end
+    if redis.call('EXISTS', hhk) == 1 then
+      -- The holder still waits: keep this copy in case the bot refuses the holder.
+      local ttl = redis.call('PTTL', KEYS[5])
+      store(KEYS[3])
+      redis.call('HSET', KEYS[3], 'mc', KEYS[5])
+      redis.call('PEXPIRE', KEYS[3], ttl)
+      redis.call('RPUSH', KEYS[5] .. ':alt', ARGV[2])
+      redis.call('PEXPIRE', KEYS[5] .. ':alt', ttl)
+    end
+    return {2, holder, 0}
+  end
 end
 local cancelled = 0
 if ARGV[11] == '1' then
@@ -32,7 +96,6 @@ if ARGV[11] == '1' then
   if d then
     local hk = ARGV[12] .. ':d:' .. d
     if redis.call('ZREM', KEYS[4], d) == 1 then
-      redis.call('DEL', hk)
       cancelled = 1
     else
       local e = redis.call('HGET', hk, 'e')
@@ -40,28 +103,37 @@ if ARGV[11] == '1' then
         local p = redis.pcall('XPENDING', KEYS[2], ARGV[13], e, e, 1)
         local taken = type(p) == 'table' and #p > 0
         if not taken and redis.call('XDEL', KEYS[2], e) == 1 then
-          redis.call('DEL', hk)
           cancelled = 1
         end
       end
     end
+    if cancelled == 1 then
+      redis.call('DEL', hk)
+      redis.call('ZREM', KEYS[7], d)
+    end
+    -- Its other copies were kept only in case the bot refused it: none is wanted now.
+    drop_alternates(KEYS[6], ARGV[12])
   end
 end
 if ARGV[8] == 'discard' then
   return {1, ARGV[2], cancelled}
 end
-redis.call('HSET', KEYS[3], 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6],
-  'rcv', ARGV[7], 'n', 0, 'x', ARGV[14], 'ru', ARGV[15])
+store(KEYS[3])
+if ARGV[10] == '1' then
+  redis.call('HSET', KEYS[3], 'mc', KEYS[5])
+end
+redis.call('ZADD', KEYS[7], ARGV[7], ARGV[2])
 if ARGV[8] == 'inline' then
   redis.call('ZADD', KEYS[4], ARGV[9], ARGV[2])
 else
   redis.call('HSET', KEYS[3], 'e', redis.call('XADD', KEYS[2], '*', 'd', ARGV[2]))
 end
 return {1, ARGV[2], cancelled}
-"#;
+"#
+);
 
-/// KEYS: schedule zset, delivery hash, dead-letter stream. ARGV: delivery id, mode
-/// (done | retry | dead), due ms (retry) or now ms (dead), last status, last error.
+/// KEYS: schedule zset, delivery hash, dead-letter stream, waiting index. ARGV: delivery id,
+/// mode (done | retry | dead), due ms (retry) or now ms (dead), last status, last error.
 /// The inline owner's fence: it may act only while the delivery is still in the zset, i.e.
 /// before its lease-long due time promoted it to the workers. Returns 0 when fenced out.
 pub const INLINE_FINISH: &str = r#"
@@ -70,6 +142,7 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
 end
 if ARGV[2] == 'done' then
   redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('DEL', KEYS[2])
   return 1
 end
@@ -80,6 +153,7 @@ if ARGV[2] == 'retry' then
   return 1
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
 local de = redis.call('XADD', KEYS[3], '*', 'd', ARGV[1], 'st', ARGV[4], 'err', ARGV[5], 'attempts', n,
   'at', ARGV[3])
 redis.call('HSET', KEYS[2], 'de', de)
@@ -89,7 +163,7 @@ return 1
 /// Shared head of the fenced scripts: ARGV[1] group, ARGV[2] entry id, ARGV[3] consumer,
 /// ARGV[4] token. Returns 0 from the script when the caller no longer holds the lease.
 macro_rules! fenced {
-    ($body:literal) => {
+    ($body:expr) => {
         concat!(
             r#"
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
@@ -110,37 +184,60 @@ return 1
 "#
 );
 
-/// KEYS: outbox stream, delivery hash, schedule zset, dead-letter stream.
+/// KEYS: outbox stream, delivery hash. The delivery's fields for its lease holder: 0 when the
+/// lease was lost (the attempt must not be made), an empty list when the delivery is gone.
+pub const LOAD: &str = fenced!(
+    r#"
+return redis.call('HGETALL', KEYS[2])
+"#
+);
+
+/// KEYS: outbox stream, delivery hash, schedule zset, dead-letter stream, waiting index.
 /// ARGV[5] mode (done | retry | dead), ARGV[6] delivery id, ARGV[7] due ms (retry) or now ms
-/// (done, dead), ARGV[8] last status, ARGV[9] last error, ARGV[10] key tag (for the
-/// per-minute delivered counter that `slackgate stats` reads).
-pub const FINISH: &str = fenced!(
+/// (done, dead), ARGV[8] last status, ARGV[9] last error, ARGV[10] key tag (for the per-minute
+/// delivered counter that `slackgate stats` reads), ARGV[11] final (1: the bot refused it
+/// with a 4xx, so another copy of its message may be delivered instead).
+pub const FINISH: &str = fenced!(with_claim_helpers!(
     r#"
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 local mode = ARGV[5]
 if mode == 'done' then
+  local mc = redis.call('HGET', KEYS[2], 'mc')
+  if mc then
+    drop_alternates(mc, ARGV[10])
+  end
   redis.call('DEL', KEYS[2])
+  redis.call('ZREM', KEYS[5], ARGV[6])
   local minute = ARGV[10] .. ':delivered:' .. math.floor(tonumber(ARGV[7]) / 60000)
   redis.call('INCR', minute)
   redis.call('EXPIRE', minute, 180)
   return 1
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('ZREM', KEYS[5], ARGV[6])
   return 1
 end
 local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
 redis.call('HSET', KEYS[2], 'st', ARGV[8], 'err', ARGV[9])
 if mode == 'retry' then
   redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
-else
-  local de = redis.call('XADD', KEYS[4], '*', 'd', ARGV[6], 'st', ARGV[8], 'err', ARGV[9],
-    'attempts', n, 'at', ARGV[7])
-  redis.call('HSET', KEYS[2], 'de', de)
+  return 1
+end
+redis.call('ZREM', KEYS[5], ARGV[6])
+local de = redis.call('XADD', KEYS[4], '*', 'd', ARGV[6], 'st', ARGV[8], 'err', ARGV[9],
+  'attempts', n, 'at', ARGV[7])
+redis.call('HSET', KEYS[2], 'de', de)
+if ARGV[11] == '1' then
+  redis.call('HSET', KEYS[2], 'fin', 1)
+  local mc = redis.call('HGET', KEYS[2], 'mc')
+  if mc then
+    promote_alternate(mc, ARGV[10], KEYS[1], KEYS[5])
+  end
 end
 return 1
 "#
-);
+));
 
 /// KEYS: outbox stream. ARGV: group, consumer, min idle ms, max entries.
 /// Takes over entries whose lease ran out; returns a flat list {entry, delivery, token, …}.
@@ -182,22 +279,23 @@ end
 return #due
 "#;
 
-/// KEYS: outbox stream, schedule zset, dead-letter stream. ARGV: group.
-/// Returns {ready, in flight, scheduled, dead, oldest entry id or ''}. Completed entries are
-/// deleted from the stream, so what is on it is either ready or in flight.
+/// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index. ARGV: group.
+/// Returns {ready, in flight, scheduled, dead, received-at ms of the oldest waiting delivery
+/// or ''}. Completed entries are deleted from the stream, so what is on it is either ready or
+/// in flight.
 pub const STATS: &str = r#"
 local len = redis.call('XLEN', KEYS[1])
 local pending = 0
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1])
 if type(p) == 'table' and type(p[1]) == 'number' then pending = p[1] end
-local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local oldest = ''
-if #first > 0 then oldest = first[1][1] end
+if #first > 0 then oldest = first[2] end
 return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]), oldest}
 "#;
 
-/// KEYS: dead-letter stream, outbox stream, delivery hash. ARGV: delivery id, mode
-/// (replay | purge), now ms. Replay puts a dead delivery back on the stream with a fresh
+/// KEYS: dead-letter stream, outbox stream, delivery hash, waiting index. ARGV: delivery id,
+/// mode (replay | purge), now ms. Replay puts a dead delivery back on the stream with a fresh
 /// give-up window; purge forgets it. Returns 0 when it is not dead-lettered.
 pub const DEAD: &str = r#"
 local de = redis.call('HGET', KEYS[3], 'de')
@@ -209,7 +307,60 @@ if ARGV[2] == 'purge' then
   redis.call('DEL', KEYS[3])
   return 1
 end
-redis.call('HDEL', KEYS[3], 'de')
+redis.call('HDEL', KEYS[3], 'de', 'fin')
 redis.call('HSET', KEYS[3], 'rcv', ARGV[3], 'e', redis.call('XADD', KEYS[2], '*', 'd', ARGV[1]))
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
 return 1
+"#;
+
+/// KEYS: dead-letter stream. ARGV: oldest id kept (ms), most letters kept, key tag, batch.
+/// Drops letters parked before the first and the oldest beyond the second, with their bodies;
+/// returns {dropped for age, dropped for count}.
+pub const TRIM_DEAD: &str = r#"
+local function drop(e)
+  local fields = e[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'd' then
+      local hk = ARGV[3] .. ':d:' .. fields[i + 1]
+      if redis.call('HGET', hk, 'de') == e[1] then
+        redis.call('DEL', hk)
+      end
+    end
+  end
+  redis.call('XDEL', KEYS[1], e[1])
+end
+local by_age = 0
+for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '(' .. ARGV[1], 'COUNT', ARGV[4])) do
+  drop(e)
+  by_age = by_age + 1
+end
+local by_count = 0
+local over = redis.call('XLEN', KEYS[1]) - tonumber(ARGV[2])
+if over > 0 then
+  for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', math.min(over, tonumber(ARGV[4])))) do
+    drop(e)
+    by_count = by_count + 1
+  end
+end
+return {by_age, by_count}
+"#;
+
+/// KEYS: outbox stream. ARGV: group, min idle ms, this process's consumer name.
+/// Removes consumers that hold nothing and have not read for that long (processes that are
+/// gone); returns how many.
+pub const REMOVE_IDLE_CONSUMERS: &str = r#"
+local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if not ok then
+  return 0
+end
+local removed = 0
+for _, c in ipairs(consumers) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if tonumber(f['pending']) == 0 and tonumber(f['idle']) >= tonumber(ARGV[2]) and f['name'] ~= ARGV[3] then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+    removed = removed + 1
+  end
+end
+return removed
 "#;

@@ -58,8 +58,12 @@ pub enum Request {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Delivery {
     pub kind: Kind,
-    /// `e:<event_id>`, `t:<trigger_id>` or `h:<sha256 of the body>`.
-    pub receipt: String,
+    /// What absorbs Slack's redeliveries of this delivery: `e:<event_id>`, `t:<trigger_id>`,
+    /// or `h:<sha256 of the body>` for an event without an id or a shape we do not know (Slack
+    /// redelivers those byte for byte). `None` for a command or interaction without a
+    /// `trigger_id` (`block_suggestion`, `view_closed`, …): Slack never retries those, and the
+    /// same body twice is a user acting twice — the same query typed again wants its options.
+    pub receipt: Option<String>,
     /// The inner event type, the command, or the interaction type (`view_submission`, …).
     pub detail: String,
     /// The channel the event or interaction happened in, when it names one.
@@ -158,14 +162,14 @@ fn classify_json(body: &[u8]) -> Result<Request, ClassifyError> {
         "app_rate_limited" => Ok(Request::RateLimited),
         "event_callback" => {
             let receipt = match text(&env, "event_id") {
-                Some(id) if !id.is_empty() => id_key('e', id),
-                _ => body_key(body),
+                Some(id) if !id.is_empty() => Some(id_key('e', id)),
+                _ => Some(body_key(body)),
             };
             Ok(Request::Delivery(event_delivery(&env, receipt)))
         }
         other => Ok(Request::Delivery(Delivery {
             kind: Kind::Opaque,
-            receipt: body_key(body),
+            receipt: Some(body_key(body)),
             detail: other.to_string(),
             ..Delivery::default()
         })),
@@ -193,7 +197,7 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
         return Ok(Request::SslCheck);
     }
     if let Some(command) = command {
-        let receipt = trigger_id.filter(|t| !t.is_empty()).map(|t| id_key('t', &t)).unwrap_or_else(|| body_key(body));
+        let receipt = trigger_id.filter(|t| !t.is_empty()).map(|t| id_key('t', &t));
         return Ok(Request::Delivery(Delivery {
             kind: Kind::Command,
             receipt,
@@ -205,10 +209,7 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
     }
     let payload = payload.ok_or(ClassifyError::UnknownForm)?;
     let inner = parse_object(payload.as_bytes()).map_err(|_| ClassifyError::BadPayload)?;
-    let receipt = match text(&inner, "trigger_id") {
-        Some(t) if !t.is_empty() => id_key('t', t),
-        _ => body_key(body),
-    };
+    let receipt = text(&inner, "trigger_id").filter(|t| !t.is_empty()).map(|t| id_key('t', t));
     let detail = text(&inner, "type").unwrap_or_default().to_string();
     let response_url = text(&inner, "response_url")
         .or_else(|| inner.get("response_urls")?.get(0)?.get("response_url")?.as_str())
@@ -225,7 +226,7 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
 }
 
 /// An `event_callback`: its type, channel, bot users and, for messages, the message identity.
-fn event_delivery(env: &Object, receipt: String) -> Delivery {
+fn event_delivery(env: &Object, receipt: Option<String>) -> Delivery {
     let event = env.get("event").and_then(Value::as_object);
     let field = |k: &str| event.and_then(|e| text(e, k)).map(String::from);
     let detail = field("type").unwrap_or_default();

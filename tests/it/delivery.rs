@@ -184,3 +184,54 @@ async fn kill_9_with_deliveries_in_flight_loses_nothing() {
     assert!(eventually(Duration::from_secs(10), || redis.xlen(&stream) == 0).await, "outbox drained");
     assert!(redis.keys("*:d:*").is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_lease_no_more_entries_than_they_have_permits_for() {
+    // Two shards share an app's permits: no entry may sit leased, its lease running, while it
+    // waits for a permit.
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("permits"), &bot.url());
+    cfg.delivery =
+        r#"{ timeout = "2s", max_in_flight = 2, retry_initial = "100ms", retry_max = "400ms", lease = "5s" }"#.into();
+    cfg.redis = "shards = 2".into();
+    let gw = Gateway::start(&cfg).await;
+    bot.set_default(Reply::status(200).delay(Duration::from_millis(300)));
+    for i in 0..12 {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvPermit{i:02}")), SECRET)).await.0, 200);
+    }
+    let pending = |shard: u16| -> usize {
+        let stream = format!("{{{}:bot:{shard}}}:outbox", cfg.prefix);
+        match redis::cmd("XPENDING").arg(&stream).arg("slackgate").query(&mut redis.conn()) {
+            Ok(redis::Value::Array(v)) => redis::from_redis_value_ref::<usize>(&v[0]).unwrap_or(0),
+            _ => 0, // no group yet
+        }
+    };
+    let mut most = 0;
+    for _ in 0..60 {
+        most = most.max(pending(0) + pending(1));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(most <= 2, "at most max_in_flight entries leased at once, saw {most}");
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 12).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_going_down_and_back_is_logged_once_each_way() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("downlog"), &format!("http://127.0.0.1:{port}"));
+    let gw = Gateway::start(&cfg).await;
+    for i in 0..5 {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvLog{i}")), SECRET)).await.0, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await; // several failed attempts each
+    let bot = Receiver::start_on(port, SECRET).await;
+    assert!(eventually(Duration::from_secs(10), || bot.count() >= 5).await);
+    let log = gw.log();
+    assert_eq!(log.matches("bot unreachable").count(), 1, "{log}");
+    assert!(eventually(Duration::from_secs(2), || gw.log().matches("bot reachable again").count() == 1).await);
+    assert!(!log.contains("ERROR"), "{log}");
+    let longest = log.lines().filter(|l| l.contains("attempt")).map(str::len).max().unwrap_or(0);
+    assert!(longest < 400, "attempt lines stay short ({longest} bytes)");
+}

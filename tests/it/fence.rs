@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use slackgate::outbox::{self, Finish, NewDelivery, Placement, Recorded, ShardKeys, Store};
+use slackgate::outbox::{self, Finish, Loaded, NewDelivery, Placement, Recorded, ShardKeys, Store};
 use slackgate::slack::Kind;
 
 use crate::utils::*;
@@ -20,7 +20,7 @@ async fn setup() -> (RedisServer, Store, redis::aio::ConnectionManager, ShardKey
 async fn record(store: &Store, keys: &ShardKeys, id: &str, receipt: &str) -> Recorded {
     let d = NewDelivery {
         id,
-        receipt,
+        receipt: Some(receipt),
         body: b"{\"type\":\"event_callback\"}",
         content_type: b"application/json",
         path: "/slack/events",
@@ -91,8 +91,87 @@ async fn a_scheduled_retry_comes_back_when_due_and_counts_the_attempt() {
     assert_eq!(back.len(), 1);
     assert_eq!(back[0].delivery, "0-d");
     assert_eq!(store.load(&keys, "0-d").await.unwrap().unwrap().retries, 1);
-    let dead = Finish::Dead { now_ms: now, status: "404", error: "" };
+    let dead = Finish::Dead { now_ms: now, status: "404", error: "", final_: true };
     assert!(store.finish(&keys, "w", &back[0], dead).await.unwrap());
     assert_eq!(redis.xlen(&keys.dead), 1);
     assert_eq!(store.load(&keys, "0-d").await.unwrap().unwrap().retries, 2, "kept for replay");
+}
+
+#[tokio::test]
+async fn an_attempt_loads_its_delivery_only_while_it_holds_the_lease() {
+    let (_redis, store, mut reader, keys) = setup().await;
+    record(&store, &keys, "0-l", "e:EvLoad").await;
+    let held = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
+    assert!(matches!(store.load_leased(&keys, "worker-a", &held[0]).await.unwrap(), Loaded::Stored(_)));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let taken = store.reclaim(&keys, "worker-b", Duration::from_millis(100), 10).await.unwrap();
+    // The old holder, still waiting for a permit, must not send it any more.
+    assert!(matches!(store.load_leased(&keys, "worker-a", &held[0]).await.unwrap(), Loaded::LeaseLost));
+    match store.load_leased(&keys, "worker-b", &taken[0]).await.unwrap() {
+        Loaded::Stored(d) => assert_eq!(d.detail, "app_mention"),
+        other => panic!("{other:?}"),
+    }
+    assert!(store.finish(&keys, "worker-b", &taken[0], Finish::Done).await.unwrap());
+}
+
+#[tokio::test]
+async fn consumers_of_gone_processes_are_forgotten_unless_they_hold_something() {
+    let (_redis, store, mut reader, keys) = setup().await;
+    record(&store, &keys, "0-c1", "e:EvC1").await;
+    record(&store, &keys, "0-c2", "e:EvC2").await;
+    let gone = outbox::read_new(&mut reader, &keys, "gone-idle", 1, Duration::from_millis(100)).await.unwrap();
+    assert!(store.finish(&keys, "gone-idle", &gone[0], Finish::Done).await.unwrap());
+    let holding = outbox::read_new(&mut reader, &keys, "gone-holding", 1, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(holding.len(), 1);
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg(&keys.stream)
+        .arg(outbox::GROUP)
+        .arg("me")
+        .query_async(&mut reader)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Not idle long enough: nothing goes.
+    assert_eq!(store.remove_idle_consumers(&keys, Duration::from_secs(60), "me").await.unwrap(), 0);
+    assert_eq!(store.remove_idle_consumers(&keys, Duration::from_millis(20), "me").await.unwrap(), 1);
+    let names: Vec<String> = consumers(&mut reader, &keys).await;
+    assert_eq!(names, ["gone-holding", "me"], "the idle one without pending entries is removed");
+}
+
+async fn consumers(conn: &mut redis::aio::ConnectionManager, keys: &ShardKeys) -> Vec<String> {
+    let info: Vec<std::collections::HashMap<String, redis::Value>> =
+        redis::cmd("XINFO").arg("CONSUMERS").arg(&keys.stream).arg(outbox::GROUP).query_async(conn).await.unwrap();
+    let mut names: Vec<String> =
+        info.iter().map(|c| redis::from_redis_value_ref::<String>(&c["name"]).unwrap()).collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn dead_letters_past_their_age_or_count_are_dropped_with_their_bodies() {
+    let (redis, store, mut reader, keys) = setup().await;
+    // One letter parked long ago (its stream id carries its time).
+    let mut c = redis.conn();
+    let _: () =
+        redis::cmd("HSET").arg(keys.delivery("0-old")).arg("b").arg("x").arg("de").arg("1000-0").query(&mut c).unwrap();
+    let _: String = redis::cmd("XADD").arg(&keys.dead).arg("1000-0").arg("d").arg("0-old").query(&mut c).unwrap();
+    for i in 0..6 {
+        record(&store, &keys, &format!("0-t{i}"), &format!("e:EvT{i}")).await;
+    }
+    let held = outbox::read_new(&mut reader, &keys, "w", 10, Duration::from_millis(100)).await.unwrap();
+    let now = slackgate::delivery::now_ms();
+    for lease in &held {
+        let dead = Finish::Dead { now_ms: now, status: "404", error: "", final_: true };
+        assert!(store.finish(&keys, "w", lease, dead).await.unwrap());
+    }
+    assert_eq!(redis.xlen(&keys.dead), 7);
+    let t = store.trim_dead(&keys, now - 60_000, 4, 1000).await.unwrap();
+    assert_eq!((t.by_age, t.by_count), (1, 2));
+    assert_eq!(redis.xlen(&keys.dead), 4);
+    let bodies = redis.keys(&format!("{}:d:*", keys.tag));
+    assert_eq!(bodies.len(), 4, "the dropped letters' bodies went with them: {bodies:?}");
+    assert!(!bodies.contains(&keys.delivery("0-old")));
+    let again = store.trim_dead(&keys, now - 60_000, 4, 1000).await.unwrap();
+    assert_eq!((again.by_age, again.by_count), (0, 0));
 }

@@ -230,3 +230,42 @@ async fn reqwest_metrics(port: u16) -> String {
     let (_, body) = send(port, req).await;
     String::from_utf8_lossy(&body).into_owned()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_query_typed_twice_gets_its_options_twice() {
+    // block_suggestion carries no trigger_id: two identical bodies are two keystrokes, never a
+    // retry (Slack does not retry interactions).
+    let (redis, bot, gw, _) = setup("opts3", "").await;
+    let options = r#"{"options":[{"text":{"type":"plain_text","text":"Alpha"},"value":"a"}]}"#;
+    bot.set_default(Reply::status(200).body("application/json", options));
+    for _ in 0..2 {
+        let (status, body) = send(gw.port, Req::signed("/slack/events", block_suggestion(), SECRET)).await;
+        assert_eq!((status, std::str::from_utf8(&body).unwrap()), (200, options));
+    }
+    assert_eq!(bot.count(), 2);
+    assert!(redis.keys("*:r:*").is_empty(), "no receipt taken");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordinary_inline_forwards_write_no_error_line() {
+    let (_redis, bot, gw, _) = setup("noerr", "").await;
+    bot.set_default(Reply::status(200).body("text/plain", "ok"));
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let port = gw.port;
+        tasks.push(tokio::spawn(async move {
+            send(port, Req::signed("/slack/events", command(&format!("9.9.{i}"), "https://hooks.slack.com/x"), SECRET))
+                .await
+                .0
+        }));
+        if i % 4 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let log = gw.log();
+    assert!(!log.contains("ERROR"), "no ERROR line in normal operation:\n{log}");
+    assert!(!log.contains('\u{1b}'), "no colour codes in a log file");
+}

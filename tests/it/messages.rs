@@ -209,3 +209,52 @@ async fn filtered_deliveries_are_acked_counted_and_never_stored() {
         assert!(metrics.contains(&line), "{line}\n{metrics}");
     }
 }
+
+async fn dedupe_gateway(name: &str) -> (RedisServer, Receiver, Gateway) {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
+    cfg.app = "dedupe = { message = true }".into();
+    let gw = Gateway::start(&cfg).await;
+    (redis, bot, gw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_bot_refuses_the_copy_that_won_the_next_copy_is_delivered() {
+    // A bot with no listener for app_mention (Bolt answers 404) but one for message.
+    let (redis, bot, gw) = dedupe_gateway("altpromote").await;
+    bot.push(Reply::status(404).delay(Duration::from_millis(300)));
+    assert_eq!(post(&gw, mention("EvAlt1", "1700000200.000100")).await, 200);
+    assert_eq!(post(&gw, message("EvAlt2", "1700000200.000100")).await, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count_body("EvAlt2") == 1).await, "{}", gw.log());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!((bot.count_body("EvAlt1"), bot.count_body("EvAlt2")), (1, 1));
+    assert!(redis.keys("*:alt").is_empty(), "no copy left once one is delivered");
+    assert_eq!(redis.keys("*:d:*").len(), 1, "only the refused copy, as a dead letter");
+    // A copy arriving after the refusal is delivered too (it takes the claim over) — here the
+    // message event of another post whose mention was refused first.
+    bot.push(Reply::status(404));
+    assert_eq!(post(&gw, mention("EvAlt3", "1700000201.000100")).await, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count_body("EvAlt3") == 1).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(post(&gw, message("EvAlt4", "1700000201.000100")).await, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count_body("EvAlt4") == 1).await, "{}", gw.log());
+    // And the retry of an absorbed copy stays absorbed.
+    assert_eq!(post(&gw, message("EvAlt4", "1700000201.000100")).await, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(bot.count_body("EvAlt4"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_copies_are_dropped_when_the_winner_is_delivered() {
+    let (redis, bot, gw) = dedupe_gateway("altdrop").await;
+    bot.push(Reply::status(200).delay(Duration::from_millis(500)));
+    assert_eq!(post(&gw, mention("EvKeep1", "1700000300.000100")).await, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
+    assert_eq!(post(&gw, message("EvKeep2", "1700000300.000100")).await, 200);
+    assert_eq!(redis.keys("*:alt").len(), 1, "kept while the winner's attempt runs");
+    assert!(eventually(Duration::from_secs(5), || redis.keys("*:alt").is_empty()).await);
+    assert!(eventually(Duration::from_secs(2), || redis.keys("*:d:*").is_empty()).await, "and its body");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((bot.count_body("EvKeep1"), bot.count_body("EvKeep2")), (1, 0));
+}

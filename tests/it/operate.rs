@@ -293,3 +293,104 @@ async fn admin_after(redis: &RedisServer, prefix: &str) -> (u16, String) {
     assert_eq!(counts["replayed"], 30, "{body}");
     (status, body)
 }
+
+async fn metrics_text(gw: &Gateway) -> String {
+    admin(gw, "GET", "/metrics", None).await.1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_bounded_counted_and_logged() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("deadmax"), &bot.url());
+    cfg.delivery =
+        r#"{ timeout = "2s", retry_initial = "100ms", retry_max = "400ms", lease = "5s", dead_max = 3 }"#.into();
+    let gw = Gateway::start(&cfg).await;
+    let dead = format!("{{{}:bot:0}}:dead", cfg.prefix);
+    bot.set_default(Reply::status(404));
+    for i in 0..8 {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvMax{i}")), SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 8).await);
+    assert!(eventually(Duration::from_secs(5), || redis.xlen(&dead) == 3).await, "trimmed to dead_max");
+    assert!(eventually(Duration::from_secs(3), || redis.keys("*:d:*").len() == 3).await, "bodies dropped too");
+    let evicted = r#"slackgate_dead_evicted_total{app="bot",reason="max"} 5"#;
+    let mut m = String::new();
+    for _ in 0..40 {
+        m = metrics_text(&gw).await;
+        if m.contains(evicted) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(m.contains(evicted), "{m}");
+    assert!(gw.log().contains("dead letters dropped"), "{}", gw.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_redis_is_warned_about_at_start_and_in_readyz() {
+    let redis = RedisServer::start();
+    let _: () =
+        redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query(&mut redis.conn()).unwrap();
+    let bot = Receiver::start(SECRET).await;
+    let gw = Gateway::start(&GatewayConfig::new(&redis.url(), &prefix("evict"), &bot.url())).await;
+    let mut body = String::new();
+    for _ in 0..50 {
+        let (status, b) = admin(&gw, "GET", "/readyz", None).await;
+        body = b;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(body.contains("ready") && body.contains("maxmemory-policy is allkeys-lru"), "{body}");
+    assert!(eventually(Duration::from_secs(5), || gw.log().contains("maxmemory-policy may evict keys")).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fixed_series_is_exported_at_zero_from_the_start() {
+    let (_redis, _bot, gw, _) = setup("zeros").await;
+    let want = [
+        r#"slackgate_requests_total{app="bot",kind="event",outcome="accepted"} 0"#,
+        r#"slackgate_requests_total{app="bot",kind="unknown",outcome="unauthorized"} 0"#,
+        r#"slackgate_deliveries_total{app="bot",outcome="dead"} 0"#,
+        r#"slackgate_store_errors_total{app="bot",reason="record"} 0"#,
+        r#"slackgate_response_url_posts_total{app="bot",outcome="refused"} 0"#,
+        r#"slackgate_dead_evicted_total{app="bot",reason="ttl"} 0"#,
+        r#"slackgate_inline_total{app="bot",kind="command",outcome="late"} 0"#,
+        r#"slackgate_connections_closed_total{reason="header_timeout"} 0"#,
+        r#"slackgate_ack_seconds_count{app="bot"} 0"#,
+    ];
+    let mut m = String::new();
+    for _ in 0..50 {
+        m = metrics_text(&gw).await;
+        if want.iter().all(|w| m.contains(w)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for w in want {
+        assert!(m.contains(w), "{w} missing:\n{m}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_waiting_for_a_retry_sets_the_oldest_age() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("age"), &bot.url());
+    cfg.delivery = r#"{ timeout = "1s", retry_initial = "10s", retry_max = "10s", lease = "5s" }"#.into();
+    let gw = Gateway::start(&cfg).await;
+    bot.set_default(Reply::status(503)); // the bot is down: the delivery waits in the retry schedule
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvAge"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (ok, out, err) = cli(&gw, &["stats", "--json"]);
+    assert!(ok, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (s[0]["ready"].as_u64(), s[0]["in_flight"].as_u64(), s[0]["scheduled"].as_u64()),
+        (Some(0), Some(0), Some(1))
+    );
+    assert!(s[0]["oldest_age_ms"].as_u64().unwrap() >= 1000, "{out}");
+}

@@ -15,6 +15,8 @@ pub struct GatewayConfig {
     pub delivery: String,
     /// Extra lines for `[server]`.
     pub server: String,
+    /// Extra lines for `[redis]`.
+    pub redis: String,
     /// Extra lines for app `bot`.
     pub app: String,
     /// Raw TOML appended at the end (more `[[app]]` sections).
@@ -29,6 +31,7 @@ impl GatewayConfig {
             upstream: upstream.into(),
             delivery: r#"{ timeout = "2s", retry_initial = "100ms", retry_max = "400ms", lease = "5s" }"#.into(),
             server: String::new(),
+            redis: String::new(),
             app: String::new(),
             tail: String::new(),
         }
@@ -44,6 +47,7 @@ shutdown_grace = "1s"
 [redis]
 url = "{redis}"
 key_prefix = "{prefix}"
+{redis_extra}
 
 [[app]]
 name = "bot"
@@ -56,6 +60,7 @@ delivery = {delivery}
 "#,
             server = self.server,
             redis = self.redis_url,
+            redis_extra = self.redis,
             prefix = self.prefix,
             upstream = self.upstream,
             delivery = self.delivery,
