@@ -44,8 +44,11 @@ impl BoltApp {
     /// Start the app; its `app_mention` listener sleeps `slow` seconds.
     async fn start(kind: Bolt, slow: u64) -> BoltApp {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bolt");
+        // Bolt for Python lives in the checkout's own venv (scripts/deps), never in the system's.
+        let venv_python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python3");
+        let python = if venv_python.exists() { venv_python.display().to_string() } else { "python3".into() };
         let (program, dir, script) = match kind {
-            Bolt::Python => ("python3", root.join("python"), "app.py"),
+            Bolt::Python => (python.as_str(), root.join("python"), "app.py"),
             Bolt::Js => ("node", root.join("js"), "app.js"),
         };
         if kind == Bolt::Js {
