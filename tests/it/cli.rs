@@ -195,3 +195,26 @@ async fn with_a_redis_url_run_writes_nothing_to_disk() {
     let _ = child.wait();
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "only the config is there");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_startup_line_says_where_everything_is_and_redacts_the_redis_password() {
+    let redis = RedisServer::start();
+    let _: () =
+        redis::cmd("CONFIG").arg("SET").arg("requirepass").arg("hunter2-pass").query(&mut redis.conn()).unwrap();
+    let bot = Receiver::start(SECRET).await;
+    let url = format!("redis://:hunter2-pass@127.0.0.1:{}/", redis.port);
+    let cfg = GatewayConfig::new(&url, &prefix("startline"), &bot.url());
+    let gw = Gateway::start(&cfg).await;
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvLine"), SECRET)).await.0, 200, "{}", gw.log());
+    let log = gw.log();
+    let line = log.lines().find(|l| l.contains("slackgate started")).unwrap_or_else(|| panic!("{log}"));
+    for want in [
+        format!("listen=127.0.0.1:{}", gw.port),
+        format!("admin=\"127.0.0.1:{}\"", gw.admin_port),
+        format!("redis=redis://:***@127.0.0.1:{}/", redis.port),
+        format!("bot [/slack/events passthrough /slack/install] -> {}", bot.url()),
+    ] {
+        assert!(line.contains(&want), "`{want}` in {line}");
+    }
+    assert!(!log.contains("hunter2"), "the password never reaches the log");
+}
