@@ -17,7 +17,6 @@
 //! POST /dlq/A/ID/purge             purge one     POST /dlq/A/purge       purge all
 //! ```
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -27,13 +26,14 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
 use crate::config::Secret;
-use crate::delivery::WORKERS_RUNNING;
 use crate::live::Live;
 use crate::ops::{Ops, OpsError};
 use crate::outbox::{self, Store};
+use crate::shared::Shared;
 
 pub struct Admin {
     live: Arc<Live>,
+    shared: Arc<Shared>,
     redis_url: String,
     /// Created on first use, on the admin service's runtime.
     store: OnceLock<Store>,
@@ -50,14 +50,43 @@ enum Refusal {
     Browser,
 }
 
-impl Refusal {
-    fn reply(self) -> Reply {
+/// Everything an admin request can fail with, each with its status.
+#[derive(Debug, thiserror::Error)]
+enum AdminError {
+    #[error("{}", refusal_message(*.0))]
+    Refused(Refusal),
+    #[error("not found")]
+    NotFound,
+    #[error(transparent)]
+    Ops(#[from] OpsError),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+fn refusal_message(r: Refusal) -> &'static str {
+    match r {
+        Refusal::Host => "Host not allowed (see [server] admin_hosts)",
+        Refusal::Token => "Authorization required",
+        Refusal::Method => "state-changing routes are POST-only",
+        Refusal::Browser => "refused: a request carrying Origin",
+    }
+}
+
+impl AdminError {
+    fn status(&self) -> StatusCode {
         match self {
-            Refusal::Host => text(StatusCode::FORBIDDEN, "Host not allowed (see [server] admin_hosts)"),
-            Refusal::Token => text(StatusCode::UNAUTHORIZED, "Authorization required"),
-            Refusal::Method => text(StatusCode::METHOD_NOT_ALLOWED, "state-changing routes are POST-only"),
-            Refusal::Browser => text(StatusCode::FORBIDDEN, "refused: a request carrying Origin"),
+            AdminError::Refused(Refusal::Host | Refusal::Browser) => StatusCode::FORBIDDEN,
+            AdminError::Refused(Refusal::Token) => StatusCode::UNAUTHORIZED,
+            AdminError::Refused(Refusal::Method) => StatusCode::METHOD_NOT_ALLOWED,
+            AdminError::NotFound => StatusCode::NOT_FOUND,
+            AdminError::Ops(OpsError::UnknownApp(_) | OpsError::NotDead(_)) => StatusCode::NOT_FOUND,
+            AdminError::Ops(OpsError::AppRequired | OpsError::BadId(_)) => StatusCode::BAD_REQUEST,
+            AdminError::Ops(OpsError::Store(_)) | AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
+    }
+
+    fn reply(&self) -> Reply {
+        text(self.status(), &self.to_string())
     }
 }
 
@@ -131,8 +160,8 @@ fn admit(method: &Method, access: Access, headers: &http::HeaderMap, token: Opti
 }
 
 impl Admin {
-    pub fn new(live: Arc<Live>, redis_url: String) -> Self {
-        Admin { live, redis_url, store: OnceLock::new() }
+    pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis_url: String) -> Self {
+        Admin { live, shared, redis_url, store: OnceLock::new() }
     }
 
     fn store(&self) -> Result<&Store, String> {
@@ -156,7 +185,7 @@ impl Admin {
         listener_accepts(&config.server.listen).await?;
         let store = self.store()?;
         match tokio::time::timeout(Duration::from_secs(1), store.ping()).await {
-            Ok(Ok(())) if WORKERS_RUNNING.load(Ordering::Relaxed) => {}
+            Ok(Ok(())) if self.shared.workers_running() => {}
             Ok(Ok(())) => return Err("delivery workers are not running".into()),
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) => return Err("redis did not answer within 1s".into()),
@@ -171,44 +200,35 @@ impl Admin {
         })
     }
 
-    async fn api(&self, path: &str, query: &str) -> Reply {
-        let ops = match self.ops() {
-            Ok(ops) => ops,
-            Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, &e),
-        };
+    async fn api(&self, path: &str, query: &str) -> Result<Reply, AdminError> {
+        let ops = self.ops().map_err(AdminError::Unavailable)?;
         let param =
             |k: &str| form_urlencoded::parse(query.as_bytes()).find(|(n, _)| n == k).map(|(_, v)| v.into_owned());
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let result = match parts.as_slice() {
-            ["stats"] => ops.stats(param("app").as_deref()).await.map(json),
+        Ok(match parts.as_slice() {
+            ["stats"] => json(ops.stats(param("app").as_deref()).await?),
             ["dlq"] => {
                 let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
-                ops.list(param("app").as_deref(), limit).await.map(json)
+                json(ops.list(param("app").as_deref(), limit).await?)
             }
-            ["dlq", app, "replay"] => ops
-                .replay_all(Some(app), |_, _| {})
-                .await
-                .map(|n| json(serde_json::json!({ "replayed": n.done, "skipped": n.skipped }))),
-            ["dlq", app, "purge"] => ops
-                .purge_all(Some(app), |_, _| {})
-                .await
-                .map(|n| json(serde_json::json!({ "purged": n.done, "skipped": n.skipped }))),
+            ["dlq", app, "replay"] => {
+                let n = ops.replay_all(Some(app), |_, _| {}).await?;
+                json(serde_json::json!({ "replayed": n.done, "skipped": n.skipped }))
+            }
+            ["dlq", app, "purge"] => {
+                let n = ops.purge_all(Some(app), |_, _| {}).await?;
+                json(serde_json::json!({ "purged": n.done, "skipped": n.skipped }))
+            }
             ["dlq", app, id, "replay"] => {
-                ops.replay(Some(app), id).await.map(|_| json(serde_json::json!({ "replayed": id })))
+                ops.replay(Some(app), id).await?;
+                json(serde_json::json!({ "replayed": id }))
             }
             ["dlq", app, id, "purge"] => {
-                ops.purge(Some(app), id).await.map(|_| json(serde_json::json!({ "purged": id })))
+                ops.purge(Some(app), id).await?;
+                json(serde_json::json!({ "purged": id }))
             }
-            ["dlq", app, id] => ops.show(Some(app), id).await.map(json),
-            _ => return text(StatusCode::NOT_FOUND, "not found"),
-        };
-        result.unwrap_or_else(|e| {
-            let status = match e {
-                OpsError::UnknownApp(_) | OpsError::NotDead(_) => StatusCode::NOT_FOUND,
-                OpsError::AppRequired | OpsError::BadId(_) => StatusCode::BAD_REQUEST,
-                OpsError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
-            };
-            text(status, &e.to_string())
+            ["dlq", app, id] => json(ops.show(Some(app), id).await?),
+            _ => return Err(AdminError::NotFound),
         })
     }
 }
@@ -251,31 +271,35 @@ fn json(value: impl serde::Serialize) -> Reply {
 #[async_trait]
 impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Reply {
+        self.route(session).await.unwrap_or_else(|e| e.reply())
+    }
+}
+
+impl Admin {
+    async fn route(&self, session: &ServerSession) -> Result<Reply, AdminError> {
         let head = session.req_header();
         let (method, path) = (head.method.clone(), head.uri.path().to_string());
         let query = head.uri.query().unwrap_or_default().to_string();
         if path == "/healthz" {
-            return text(StatusCode::OK, "ok");
+            return Ok(text(StatusCode::OK, "ok"));
         }
         let config = self.live.get().config.clone();
         let host = head.headers.get(http::header::HOST).and_then(|h| h.to_str().ok());
         if !host_allowed(host, &config.server.admin_hosts) {
-            return Refusal::Host.reply();
+            return Err(AdminError::Refused(Refusal::Host));
         }
         match path.as_str() {
-            "/metrics" => return reply(StatusCode::OK, "text/plain; version=0.0.4", crate::metrics::render()),
+            "/metrics" => return Ok(reply(StatusCode::OK, "text/plain; version=0.0.4", self.shared.metrics.render())),
             "/readyz" => {
                 return match self.ready().await {
-                    Ok(detail) => text(StatusCode::OK, &detail),
-                    Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, &format!("not ready: {e}")),
+                    Ok(detail) => Ok(text(StatusCode::OK, &detail)),
+                    Err(e) => Err(AdminError::Unavailable(format!("not ready: {e}"))),
                 }
             }
             _ => {}
         }
-        let Some(access) = access(&path) else { return text(StatusCode::NOT_FOUND, "not found") };
-        if let Err(refused) = admit(&method, access, &head.headers, config.server.admin_token.as_ref()) {
-            return refused.reply();
-        }
+        let access = access(&path).ok_or(AdminError::NotFound)?;
+        admit(&method, access, &head.headers, config.server.admin_token.as_ref()).map_err(AdminError::Refused)?;
         self.api(&path, &query).await
     }
 }

@@ -18,7 +18,9 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod attempt;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod drain;
@@ -28,6 +30,9 @@ pub mod live;
 pub mod metrics;
 pub mod ops;
 pub mod outbox;
+pub mod policy;
+pub mod secret;
+pub mod shared;
 pub mod sim;
 pub mod slack;
 pub mod upstream;

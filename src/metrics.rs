@@ -1,8 +1,9 @@
-//! Every metric in one place. Labels are small fixed sets (`app`, `kind`, `outcome`, …): never a
-//! team, channel, user or event id.
+//! Every metric in one place, on a value each process builds once (see `shared`), not a
+//! process-wide static. Labels are small fixed sets (`app`, `kind`, `outcome`, …) passed as
+//! plain values — the label enums live beside the code that decides them, each with one
+//! `as_label()`. Never a team, channel, user or event id as a label.
 
-use std::sync::LazyLock;
-
+use prometheus::core::Collector;
 use prometheus::{
     exponential_buckets, register_gauge_vec_with_registry, register_histogram_vec_with_registry,
     register_int_counter_vec_with_registry, register_int_gauge_vec_with_registry, register_int_gauge_with_registry,
@@ -10,7 +11,7 @@ use prometheus::{
 };
 
 pub struct Metrics {
-    pub registry: Registry,
+    registry: Registry,
     /// Slack-facing requests by app, kind and outcome (accepted, duplicate, ignored,
     /// unauthorized, bad_request, store_unavailable, …).
     pub requests: IntCounterVec,
@@ -18,7 +19,7 @@ pub struct Metrics {
     pub ack_seconds: HistogramVec,
     /// Requests carrying `X-Slack-Retry-Num`, by Slack's `X-Slack-Retry-Reason`.
     pub slack_retries: IntCounterVec,
-    /// Attempt outcomes: delivered, retried, dead (given up or a final 4xx), expired.
+    /// Attempt outcomes: delivered, retried, dead (given up or a final 4xx), expired, cancelled.
     pub deliveries: IntCounterVec,
     pub attempt_seconds: HistogramVec,
     /// From receipt by the gateway to the bot's 2xx.
@@ -32,215 +33,228 @@ pub struct Metrics {
     pub ignored: IntCounterVec,
     /// Waiting deliveries cancelled by a `message_deleted`.
     pub cancelled: IntCounterVec,
-    /// Inline pass-through of commands and interactions: in_time, late, expired, no_answer.
+    /// Inline pass-through of commands and interactions: in_time, late, expired.
     pub inline: IntCounterVec,
-    /// Late replies posted to a `response_url`: posted, failed.
+    /// Late replies to a `response_url`: posted, failed, refused.
     pub response_url_posts: IntCounterVec,
+    /// Dead letters dropped past `dead_ttl` (reason `ttl`) or beyond `dead_max` (`max`).
+    pub dead_evicted: IntCounterVec,
     /// The outbox as Redis last reported it (refreshed on a timer by every process).
     pub outbox_ready: IntGaugeVec,
     pub outbox_in_flight: IntGaugeVec,
     pub outbox_scheduled: IntGaugeVec,
     pub outbox_dead: IntGaugeVec,
-    /// Age of the oldest delivery waiting on the stream (ready or in flight), 0 when none.
+    /// Age of the oldest delivery still waiting, wherever it waits; 0 when none.
     pub outbox_oldest_age_seconds: GaugeVec,
-    /// Dead letters dropped past `dead_ttl` (reason `ttl`) or beyond `dead_max` (`max`).
-    pub dead_evicted: IntCounterVec,
     /// Slack-facing connections open now.
     pub connections_open: IntGauge,
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
     pub connections_closed: IntCounterVec,
 }
 
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let r = Registry::new_custom(Some("slackgate".into()), None).expect("static prefix is valid");
-    // 0.25 ms … 2 s, then Slack's 3 s deadline.
-    let mut fast = exponential_buckets(0.00025, 2.0, 14).expect("static buckets");
-    fast.push(3.0);
-    let slow = exponential_buckets(0.005, 2.0, 18).expect("static buckets");
-    macro_rules! counter {
-        ($name:literal, $help:literal, $labels:expr) => {
-            register_int_counter_vec_with_registry!($name, $help, $labels, r).expect("unique metric")
-        };
+/// The label values of every series with a fixed label set, for [`Metrics::init_app`]. The
+/// values come from the enums that decide them (the caller gathers their `ALL`), so a new
+/// variant is exported at zero without a change here.
+#[derive(Debug, Default, Clone)]
+pub struct FixedLabels {
+    /// `(kind, outcome)` pairs a request can be counted with.
+    pub requests: Vec<(&'static str, &'static str)>,
+    pub retry_reasons: Vec<&'static str>,
+    pub delivery_outcomes: Vec<&'static str>,
+    pub store_operations: Vec<&'static str>,
+    pub ignore_reasons: Vec<&'static str>,
+    /// `(kind, outcome)` of inline attempts.
+    pub inline: Vec<(&'static str, &'static str)>,
+    pub reply_outcomes: Vec<&'static str>,
+    pub eviction_reasons: Vec<&'static str>,
+    pub close_reasons: Vec<&'static str>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
     }
-    macro_rules! gauge {
-        ($name:literal, $help:literal) => {
-            register_int_gauge_vec_with_registry!($name, $help, &["app"], r).expect("unique metric")
-        };
-    }
-    macro_rules! histogram {
-        ($name:literal, $help:literal, $buckets:expr) => {
-            register_histogram_vec_with_registry!($name, $help, &["app"], $buckets, r).expect("unique metric")
-        };
-    }
-    Metrics {
-        requests: counter!("requests_total", "Slack-facing requests by kind and outcome", &["app", "kind", "outcome"]),
-        ack_seconds: histogram!("ack_seconds", "Time to answer Slack", fast.clone()),
-        slack_retries: counter!("slack_retries_total", "Slack redeliveries seen, by reason", &["app", "reason"]),
-        deliveries: counter!("deliveries_total", "Delivery attempt outcomes", &["app", "outcome"]),
-        attempt_seconds: histogram!("attempt_seconds", "Duration of one attempt toward the bot", slow.clone()),
-        delivered_lag_seconds: histogram!("delivered_lag_seconds", "Receipt to the bot's 2xx", slow),
-        upstream_responses: counter!(
-            "upstream_responses_total",
-            "Bot answers by status class",
-            &["app", "status_class"]
-        ),
-        fence_rejections: counter!("fence_rejections_total", "Completions refused by the lease fence", &["app"]),
-        store_errors: counter!("store_errors_total", "Redis errors by the operation that failed", &["app", "reason"]),
-        ignored: counter!("ignored_total", "Deliveries acked and not forwarded, by filter", &["app", "reason"]),
-        cancelled: counter!("cancelled_total", "Waiting deliveries cancelled by message_deleted", &["app"]),
-        inline: counter!("inline_total", "Inline pass-through outcomes", &["app", "kind", "outcome"]),
-        response_url_posts: counter!(
-            "response_url_posts_total",
-            "Late replies posted to response_url",
-            &["app", "outcome"]
-        ),
-        outbox_ready: gauge!("outbox_ready", "Deliveries waiting on the stream for a worker"),
-        outbox_in_flight: gauge!("outbox_in_flight", "Deliveries leased to a worker"),
-        outbox_scheduled: gauge!("outbox_scheduled", "Deliveries scheduled for a retry (or held for an inline answer)"),
-        outbox_dead: gauge!("outbox_dead", "Deliveries in the dead-letter stream"),
-        outbox_oldest_age_seconds: register_gauge_vec_with_registry!(
-            "outbox_oldest_age_seconds",
-            "Age of the oldest delivery on the stream",
-            &["app"],
-            r
-        )
-        .expect("unique metric"),
-        dead_evicted: counter!("dead_evicted_total", "Dead letters dropped by their bounds", &["app", "reason"]),
-        connections_open: register_int_gauge_with_registry!("connections_open", "Slack-facing connections open", r)
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new_custom(Some("slackgate".into()), None).expect("static prefix is valid");
+        // 0.25 ms … 2 s, then Slack's 3 s deadline.
+        let mut fast = exponential_buckets(0.00025, 2.0, 14).expect("static buckets");
+        fast.push(3.0);
+        let slow = exponential_buckets(0.005, 2.0, 18).expect("static buckets");
+        macro_rules! counter {
+            ($name:literal, $help:literal, $labels:expr) => {
+                register_int_counter_vec_with_registry!($name, $help, $labels, r).expect("unique metric")
+            };
+        }
+        macro_rules! gauge {
+            ($name:literal, $help:literal) => {
+                register_int_gauge_vec_with_registry!($name, $help, &["app"], r).expect("unique metric")
+            };
+        }
+        macro_rules! histogram {
+            ($name:literal, $help:literal, $buckets:expr) => {
+                register_histogram_vec_with_registry!($name, $help, &["app"], $buckets, r).expect("unique metric")
+            };
+        }
+        Metrics {
+            requests: counter!(
+                "requests_total",
+                "Slack-facing requests by kind and outcome",
+                &["app", "kind", "outcome"]
+            ),
+            ack_seconds: histogram!("ack_seconds", "Time to answer Slack", fast),
+            slack_retries: counter!("slack_retries_total", "Slack redeliveries seen, by reason", &["app", "reason"]),
+            deliveries: counter!("deliveries_total", "Delivery attempt outcomes", &["app", "outcome"]),
+            attempt_seconds: histogram!("attempt_seconds", "Duration of one attempt toward the bot", slow.clone()),
+            delivered_lag_seconds: histogram!("delivered_lag_seconds", "Receipt to the bot's 2xx", slow),
+            upstream_responses: counter!(
+                "upstream_responses_total",
+                "Bot answers by status class",
+                &["app", "status_class"]
+            ),
+            fence_rejections: counter!("fence_rejections_total", "Completions refused by the lease fence", &["app"]),
+            store_errors: counter!(
+                "store_errors_total",
+                "Redis errors by the operation that failed",
+                &["app", "reason"]
+            ),
+            ignored: counter!("ignored_total", "Deliveries acked and not forwarded, by filter", &["app", "reason"]),
+            cancelled: counter!("cancelled_total", "Waiting deliveries cancelled by message_deleted", &["app"]),
+            inline: counter!("inline_total", "Inline pass-through outcomes", &["app", "kind", "outcome"]),
+            response_url_posts: counter!(
+                "response_url_posts_total",
+                "Late replies to response_url",
+                &["app", "outcome"]
+            ),
+            dead_evicted: counter!("dead_evicted_total", "Dead letters dropped by their bounds", &["app", "reason"]),
+            outbox_ready: gauge!("outbox_ready", "Deliveries waiting on the stream for a worker"),
+            outbox_in_flight: gauge!("outbox_in_flight", "Deliveries leased to a worker"),
+            outbox_scheduled: gauge!(
+                "outbox_scheduled",
+                "Deliveries scheduled for a retry (or held for an inline answer)"
+            ),
+            outbox_dead: gauge!("outbox_dead", "Deliveries in the dead-letter stream"),
+            outbox_oldest_age_seconds: register_gauge_vec_with_registry!(
+                "outbox_oldest_age_seconds",
+                "Age of the oldest delivery still waiting",
+                &["app"],
+                r
+            )
             .expect("unique metric"),
-        connections_closed: counter!(
-            "connections_closed_total",
-            "Slack-facing connections closed by the gateway, by reason",
-            &["reason"]
-        ),
-        registry: r,
-    }
-});
-
-/// Every metric family name the binary exports (with the `slackgate_` prefix), whether or not
-/// it has a sample yet; histograms also export `_bucket`, `_sum` and `_count`.
-pub fn names() -> Vec<String> {
-    use prometheus::core::Collector;
-    let m = &*METRICS;
-    let collectors: [&dyn Collector; 21] = [
-        &m.requests,
-        &m.ack_seconds,
-        &m.slack_retries,
-        &m.deliveries,
-        &m.attempt_seconds,
-        &m.delivered_lag_seconds,
-        &m.upstream_responses,
-        &m.fence_rejections,
-        &m.store_errors,
-        &m.ignored,
-        &m.cancelled,
-        &m.inline,
-        &m.response_url_posts,
-        &m.outbox_ready,
-        &m.outbox_in_flight,
-        &m.outbox_scheduled,
-        &m.outbox_dead,
-        &m.outbox_oldest_age_seconds,
-        &m.dead_evicted,
-        &m.connections_open,
-        &m.connections_closed,
-    ];
-    let mut names: Vec<String> =
-        collectors.iter().flat_map(|c| c.desc()).map(|d| format!("slackgate_{}", d.fq_name)).collect();
-    names.sort();
-    names.dedup();
-    names
-}
-
-/// Every `(kind, outcome)` a Slack-facing request of an app can be counted with.
-const REQUESTS: &[(&str, &[&str])] = &[
-    ("event", &["accepted", "duplicate", "duplicate_message", "ignored", "store_unavailable"]),
-    ("command", &["accepted", "answered", "duplicate", "ignored", "store_unavailable"]),
-    ("interactivity", &["accepted", "answered", "duplicate", "ignored", "store_unavailable"]),
-    ("opaque", &["accepted", "duplicate", "ignored", "store_unavailable"]),
-    ("url_verification", &["answered"]),
-    ("ssl_check", &["answered"]),
-    ("app_rate_limited", &["ignored"]),
-    ("unknown", &["unauthorized", "bad_request", "bad_method", "too_large", "body_timeout"]),
-];
-const RETRY_REASONS: &[&str] =
-    &["http_timeout", "http_error", "connection_failed", "ssl_error", "too_many_redirects", "other"];
-const DELIVERY_OUTCOMES: &[&str] = &["delivered", "retried", "dead", "expired", "cancelled"];
-const STATUS_CLASSES: &[&str] = &["1xx", "2xx", "3xx", "4xx", "5xx", "error", "timeout"];
-const STORE_OPERATIONS: &[&str] =
-    &["record", "read", "load", "finish", "inline_finish", "promote", "reclaim", "stats", "trim"];
-const IGNORE_REASONS: &[&str] =
-    &["channel_denied", "channel_not_allowed", "subtype", "own_message", "bot_message", "edit"];
-const INLINE_OUTCOMES: &[&str] = &["in_time", "late", "expired"];
-const REPLY_OUTCOMES: &[&str] = &["posted", "failed", "refused"];
-const EVICTION_REASONS: &[&str] = &["ttl", "max"];
-const CLOSE_REASONS: &[&str] = &["header_timeout", "idle_timeout", "over_limit"];
-
-/// Export every series of `app` with a fixed label set at zero, so that dashboards and
-/// `rate()` alerts work before the first event of each kind.
-pub fn init_app(app: &str) {
-    let m = &*METRICS;
-    for (kind, outcomes) in REQUESTS {
-        for outcome in *outcomes {
-            m.requests.with_label_values(&[app, kind, outcome]);
+            connections_open: register_int_gauge_with_registry!("connections_open", "Slack-facing connections open", r)
+                .expect("unique metric"),
+            connections_closed: counter!(
+                "connections_closed_total",
+                "Slack-facing connections closed by the gateway, by reason",
+                &["reason"]
+            ),
+            registry: r,
         }
     }
-    let pairs: [(&IntCounterVec, &[&str]); 7] = [
-        (&m.slack_retries, RETRY_REASONS),
-        (&m.deliveries, DELIVERY_OUTCOMES),
-        (&m.upstream_responses, STATUS_CLASSES),
-        (&m.store_errors, STORE_OPERATIONS),
-        (&m.ignored, IGNORE_REASONS),
-        (&m.response_url_posts, REPLY_OUTCOMES),
-        (&m.dead_evicted, EVICTION_REASONS),
-    ];
-    for (counter, labels) in pairs {
-        for label in labels {
-            counter.with_label_values(&[app, label]);
+
+    /// Every metric family name this exports (with the `slackgate_` prefix), whether or not it
+    /// has a sample yet; histograms also export `_bucket`, `_sum` and `_count`.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> =
+            self.collectors().iter().flat_map(|c| c.desc()).map(|d| format!("slackgate_{}", d.fq_name)).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// The histogram families (queried as `_bucket`, `_sum` and `_count`), with the prefix.
+    pub fn histogram_names(&self) -> Vec<String> {
+        [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds]
+            .iter()
+            .flat_map(|h| h.desc())
+            .map(|d| format!("slackgate_{}", d.fq_name))
+            .collect()
+    }
+
+    fn collectors(&self) -> [&dyn Collector; 21] {
+        [
+            &self.requests,
+            &self.ack_seconds,
+            &self.slack_retries,
+            &self.deliveries,
+            &self.attempt_seconds,
+            &self.delivered_lag_seconds,
+            &self.upstream_responses,
+            &self.fence_rejections,
+            &self.store_errors,
+            &self.ignored,
+            &self.cancelled,
+            &self.inline,
+            &self.response_url_posts,
+            &self.dead_evicted,
+            &self.outbox_ready,
+            &self.outbox_in_flight,
+            &self.outbox_scheduled,
+            &self.outbox_dead,
+            &self.outbox_oldest_age_seconds,
+            &self.connections_open,
+            &self.connections_closed,
+        ]
+    }
+
+    /// Prometheus text exposition of everything above.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let encoder = prometheus::TextEncoder::new();
+        // Encoding into a Vec cannot fail for well-formed families.
+        let _ = prometheus::Encoder::encode(&encoder, &self.registry.gather(), &mut out);
+        out
+    }
+
+    /// Export every series of `app` with a fixed label set at zero, so that dashboards and
+    /// `rate()` alerts work before the first event of each kind.
+    pub fn init_app(&self, app: &str, labels: &FixedLabels) {
+        for (kind, outcome) in &labels.requests {
+            self.requests.with_label_values(&[app, kind, outcome]);
+        }
+        let pairs: [(&IntCounterVec, &[&str]); 7] = [
+            (&self.slack_retries, &labels.retry_reasons),
+            (&self.deliveries, &labels.delivery_outcomes),
+            (&self.upstream_responses, &STATUS_CLASSES),
+            (&self.store_errors, &labels.store_operations),
+            (&self.ignored, &labels.ignore_reasons),
+            (&self.response_url_posts, &labels.reply_outcomes),
+            (&self.dead_evicted, &labels.eviction_reasons),
+        ];
+        for (counter, values) in pairs {
+            for value in values {
+                counter.with_label_values(&[app, value]);
+            }
+        }
+        for (kind, outcome) in &labels.inline {
+            self.inline.with_label_values(&[app, kind, outcome]);
+        }
+        self.fence_rejections.with_label_values(&[app]);
+        self.cancelled.with_label_values(&[app]);
+        for h in [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds] {
+            h.with_label_values(&[app]);
+        }
+        for g in [&self.outbox_ready, &self.outbox_in_flight, &self.outbox_scheduled, &self.outbox_dead] {
+            g.with_label_values(&[app]);
+        }
+        self.outbox_oldest_age_seconds.with_label_values(&[app]);
+        for reason in &labels.close_reasons {
+            self.connections_closed.with_label_values(&[reason]);
         }
     }
-    for kind in ["command", "interactivity"] {
-        for outcome in INLINE_OUTCOMES {
-            m.inline.with_label_values(&[app, kind, outcome]);
-        }
-    }
-    m.fence_rejections.with_label_values(&[app]);
-    m.cancelled.with_label_values(&[app]);
-    for h in [&m.ack_seconds, &m.attempt_seconds, &m.delivered_lag_seconds] {
-        h.with_label_values(&[app]);
-    }
-    for g in [&m.outbox_ready, &m.outbox_in_flight, &m.outbox_scheduled, &m.outbox_dead] {
-        g.with_label_values(&[app]);
-    }
-    m.outbox_oldest_age_seconds.with_label_values(&[app]);
-    for reason in CLOSE_REASONS {
-        m.connections_closed.with_label_values(&[reason]);
+
+    /// Count one attempt toward the bot: its duration and its answer's class (see
+    /// [`status_class`]; `error` or `timeout` when there was no answer).
+    pub fn attempt(&self, app: &str, took: std::time::Duration, class: &'static str) {
+        self.attempt_seconds.with_label_values(&[app]).observe(took.as_secs_f64());
+        self.upstream_responses.with_label_values(&[app, class]).inc();
     }
 }
 
-/// Prometheus text exposition of everything above.
-pub fn render() -> Vec<u8> {
-    let mut out = Vec::new();
-    let encoder = prometheus::TextEncoder::new();
-    // Encoding into a Vec cannot fail for well-formed families.
-    let _ = prometheus::Encoder::encode(&encoder, &METRICS.registry.gather(), &mut out);
-    out
-}
-
-/// Count one attempt toward the bot: its duration and its answer's class.
-pub fn attempt_observed(
-    app: &str,
-    result: &Result<crate::upstream::Response, crate::upstream::SendError>,
-    took: std::time::Duration,
-) {
-    METRICS.attempt_seconds.with_label_values(&[app]).observe(took.as_secs_f64());
-    let class = match result {
-        Ok(r) => status_class(r.status),
-        Err(crate::upstream::SendError::Timeout | crate::upstream::SendError::ConnectTimeout(_)) => "timeout",
-        Err(_) => "error",
-    };
-    METRICS.upstream_responses.with_label_values(&[app, class]).inc();
-}
+/// Every status class an attempt is counted with.
+pub const STATUS_CLASSES: [&str; 7] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error", "timeout"];
 
 /// `2xx`, `4xx`, … for a status code.
 pub fn status_class(status: u16) -> &'static str {

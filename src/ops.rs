@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::clock::now_ms;
 use crate::config::{AppConfig, Config};
-use crate::delivery::now_ms;
 use crate::outbox::{self, DeadLetter, OutboxStats, ShardKeys, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub struct DeadDetail {
     pub content_type: String,
     pub received_ms: u64,
     pub attempts: u64,
-    pub last_status: String,
+    pub last_status: Option<u16>,
     pub last_error: String,
     pub body: String,
 }

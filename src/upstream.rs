@@ -8,7 +8,7 @@
 //! ordinary traffic (pingora-core 0.9 `connectors/mod.rs`).
 
 use std::error::Error as StdError;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -210,7 +210,7 @@ fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, Send
     let path = req.upstream.path.as_deref().unwrap_or(req.path);
     let scheme = if req.upstream.tls { "https" } else { "http" };
     let uri = format!("{scheme}://{}{path}", req.upstream.authority());
-    let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs().to_string();
+    let ts = crate::clock::now_secs().to_string();
     let signature = slack::sign(req.secret.expose(), &ts, &req.body);
     http::Request::post(uri)
         .header(http::header::CONTENT_TYPE, req.content_type)
@@ -221,48 +221,4 @@ fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, Send
         .header("X-Slackgate-Attempt", req.attempt.to_string())
         .body(Full::new(req.body.clone()))
         .map_err(|e| SendError::Request(e.to_string()))
-}
-
-/// What became of a bot's late answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplyOutcome {
-    Posted,
-    /// Slack refused it or could not be reached; not retried (the URL is valid 5 times).
-    Failed,
-    /// The payload's `response_url` is not Slack's: never requested.
-    Refused,
-}
-
-impl ReplyOutcome {
-    pub fn as_label(self) -> &'static str {
-        match self {
-            ReplyOutcome::Posted => "posted",
-            ReplyOutcome::Failed => "failed",
-            ReplyOutcome::Refused => "refused",
-        }
-    }
-}
-
-/// Post a bot's late answer to a slash command or block action to its `response_url`, once,
-/// and only when that URL is Slack's (`allowed`); counted and audited. An empty answer posts
-/// nothing.
-pub async fn post_late_reply(
-    client: &UpstreamClient,
-    app: &str,
-    url: &str,
-    allowed: &[String],
-    content_type: Option<&str>,
-    body: &[u8],
-) {
-    let Some(json) = slack::late_reply(content_type, body) else { return };
-    let (outcome, detail) = match slack::check_response_url(url, allowed) {
-        Err(refused) => (ReplyOutcome::Refused, refused.to_string()),
-        Ok(url) => match client.post_json(&url, Bytes::from(json), Duration::from_secs(5)).await {
-            Ok(r) if (200..300).contains(&r.status) => (ReplyOutcome::Posted, String::new()),
-            Ok(r) => (ReplyOutcome::Failed, format!("status {}", r.status)),
-            Err(e) => (ReplyOutcome::Failed, e.to_string()),
-        },
-    };
-    crate::metrics::METRICS.response_url_posts.with_label_values(&[app, outcome.as_label()]).inc();
-    tracing::info!(target: "slackgate::audit", outcome = outcome.as_label(), detail, "late reply");
 }

@@ -9,9 +9,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use prometheus::core::Collector;
 use serde_json::Value;
-use slackgate::metrics::{names, METRICS};
+use slackgate::metrics::Metrics;
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
@@ -47,12 +46,7 @@ fn metric_idents(text: &str) -> BTreeSet<String> {
 
 /// The histogram families: they are queried as `_bucket`, `_sum` and `_count`.
 fn histograms() -> BTreeSet<String> {
-    let m = &*METRICS;
-    [&m.ack_seconds, &m.attempt_seconds, &m.delivered_lag_seconds]
-        .iter()
-        .flat_map(|h| h.desc())
-        .map(|d| exposed(&d.fq_name))
-        .collect()
+    Metrics::new().histogram_names().iter().map(|n| exposed(n)).collect()
 }
 
 /// A family's name as `/metrics` shows it. The registry adds the `slackgate_` prefix when it
@@ -67,7 +61,7 @@ fn exposed(name: &str) -> String {
 
 /// The `slackgate_` identifiers in `text` that name no exported family.
 fn unknown_metrics(text: &str) -> Vec<String> {
-    let exported: BTreeSet<String> = names().iter().map(|n| exposed(n)).collect();
+    let exported: BTreeSet<String> = Metrics::new().names().iter().map(|n| exposed(n)).collect();
     let histograms = histograms();
     assert!(histograms.iter().all(|h| exported.contains(h)), "histograms {histograms:?} not all in names()");
     metric_idents(text)

@@ -130,10 +130,10 @@ pub fn dlq(t: &Target, action: DlqAction) -> anyhow::Result<()> {
                     return print_json(&letters);
                 }
                 println!("{:<12} {:<20} {:>9} {:>6} {:>8}  error", "app", "delivery", "parked", "status", "attempts");
-                let now = crate::delivery::now_ms();
+                let now = crate::clock::now_ms();
                 for d in letters {
                     let l = &d.letter;
-                    let status = if l.status.is_empty() { "-" } else { &l.status };
+                    let status = l.status.map_or_else(|| "-".to_string(), |s| s.to_string());
                     let parked = age(now.saturating_sub(l.parked_ms).max(1));
                     println!(
                         "{:<12} {:<20} {:>9} {:>6} {:>8}  {}",
@@ -151,7 +151,8 @@ pub fn dlq(t: &Target, action: DlqAction) -> anyhow::Result<()> {
                     d.app, d.delivery, d.kind, d.detail
                 );
                 println!("path:         {}\ncontent type: {}\nattempts:     {}", d.path, d.content_type, d.attempts);
-                println!("last status:  {}\nlast error:   {}\n\n{}", d.last_status, d.last_error, d.body);
+                let status = d.last_status.map_or_else(|| "-".to_string(), |s| s.to_string());
+                println!("last status:  {status}\nlast error:   {}\n\n{}", d.last_error, d.body);
             }
             DlqAction::Replay { id: Some(id), .. } => ops.replay(app, &id).await.map(|_| println!("replayed {id}"))?,
             DlqAction::Purge { id: Some(id), .. } => ops.purge(app, &id).await.map(|_| println!("purged {id}"))?,

@@ -17,9 +17,12 @@ use crate::delivery::DeliveryService;
 use crate::embedded::EmbeddedRedis;
 use crate::ingress::{Guarded, Ingress};
 use crate::live::Live;
+use crate::metrics::FixedLabels;
+use crate::shared::Shared;
 
 pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     crate::init_tracing(opts.log_format == "json");
+    let shared = Shared::new();
     // One rustls provider for the whole process: Pingora's TLS and `rediss://` alike.
     pingora::tls::install_default_crypto_provider();
     let overrides = Overrides {
@@ -34,6 +37,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
         preflight(&config)?;
     }
     let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides));
+    init_series(&shared, &config);
     let embedded = match &config.redis.target {
         RedisTarget::Embedded => Some(EmbeddedRedis::start(&opts.data_dir, opts.upgrade).context("embedded Redis")?),
         RedisTarget::Url(_) => None,
@@ -53,18 +57,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     let opt = pingora::server::configuration::Opt { upgrade: opts.upgrade, ..Default::default() };
     let mut server = Server::new_with_opt_and_conf(Some(opt), config.pingora_conf(&upgrade_sock));
     server.bootstrap();
-
-    let proxy = pingora::proxy::http_proxy(&server.configuration, Ingress::new(live.clone(), redis_url.clone()));
-    let mut ingress = Service::new("ingress".into(), Guarded::new(proxy, config.server.limits));
-    ingress.add_tcp(&config.server.listen);
-    server.add_service(ingress);
-    server.add_service(background_service("delivery", DeliveryService::new(live.clone(), redis_url.clone())));
-    if let Some(addr) = &config.server.admin_listen {
-        let mut admin = Service::new("admin".into(), Admin::new(live.clone(), redis_url.clone()));
-        admin.add_tcp(addr);
-        server.add_service(admin);
-    }
-    server.add_service(background_service("reload", signals::Reloader::new(live)));
+    add_services(&mut server, &config, &live, &shared, &redis_url);
     if let Some(p) = &pid_file {
         std::fs::write(p, std::process::id().to_string()).with_context(|| format!("pid file {}", p.display()))?;
     }
@@ -74,6 +67,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
         shutdown_signal: Box::new(signals::Signals {
             handed_over: handed_over.clone(),
             grace: config.server.shutdown_grace,
+            drain: shared.drain.clone(),
         }),
     });
     let handed_over = handed_over.load(Ordering::Relaxed);
@@ -87,6 +81,57 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
         None => {}
     }
     Ok(())
+}
+
+/// The Slack listener (behind its connection guard), the delivery workers, the admin listener
+/// and the reloader, all sharing `shared`.
+fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis_url: &str) {
+    let ingress = Ingress::new(live.clone(), shared.clone(), redis_url.to_string());
+    let proxy = pingora::proxy::http_proxy(&server.configuration, ingress);
+    let mut service = Service::new("ingress".into(), Guarded::new(proxy, config.server.limits, shared.clone()));
+    service.add_tcp(&config.server.listen);
+    server.add_service(service);
+    let delivery = DeliveryService::new(live.clone(), shared.clone(), redis_url.to_string());
+    server.add_service(background_service("delivery", delivery));
+    if let Some(addr) = &config.server.admin_listen {
+        let mut admin = Service::new("admin".into(), Admin::new(live.clone(), shared.clone(), redis_url.to_string()));
+        admin.add_tcp(addr);
+        server.add_service(admin);
+    }
+    let on_reload = {
+        let shared = shared.clone();
+        move |config: &Config| init_series(&shared, config)
+    };
+    server.add_service(background_service("reload", signals::Reloader::new(live.clone(), Box::new(on_reload))));
+}
+
+/// Every series with a fixed label set, for every app, at zero: the label values come from
+/// the enums that decide them.
+pub(crate) fn init_series(shared: &Shared, config: &Config) {
+    let labels = fixed_labels();
+    for app in &config.apps {
+        shared.metrics.init_app(&app.name, &labels);
+    }
+}
+
+fn fixed_labels() -> FixedLabels {
+    use crate::attempt::InlineOutcome;
+    use crate::ingress::{counted_requests, Closed};
+    use crate::outbox::{Eviction, StoreOp};
+    use crate::policy::Outcome;
+    use crate::slack::{IgnoreReason, ReplyOutcome, RetryReason};
+    let inline_kinds = ["command", "interactivity"];
+    FixedLabels {
+        requests: counted_requests(),
+        retry_reasons: RetryReason::ALL.map(RetryReason::as_label).to_vec(),
+        delivery_outcomes: Outcome::ALL.map(Outcome::as_label).to_vec(),
+        store_operations: StoreOp::ALL.map(StoreOp::as_label).to_vec(),
+        ignore_reasons: IgnoreReason::ALL.map(IgnoreReason::as_label).to_vec(),
+        inline: inline_kinds.iter().flat_map(|k| InlineOutcome::ALL.map(|o| (*k, o.as_label()))).collect(),
+        reply_outcomes: ReplyOutcome::ALL.map(ReplyOutcome::as_label).to_vec(),
+        eviction_reasons: Eviction::ALL.map(Eviction::as_label).to_vec(),
+        close_reasons: Closed::ALL.map(Closed::as_label).to_vec(),
+    }
 }
 
 /// Both listening addresses must be free now: a gateway that cannot take its Slack port

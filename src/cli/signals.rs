@@ -11,6 +11,8 @@ use pingora::services::background::BackgroundService;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
+use crate::config::Config;
+use crate::drain::Drain;
 use crate::live::Live;
 
 /// Pingora's Unix signals (SIGTERM graceful, SIGINT at once, SIGQUIT hand the sockets to a
@@ -18,6 +20,7 @@ use crate::live::Live;
 pub(super) struct Signals {
     pub handed_over: Arc<AtomicBool>,
     pub grace: Duration,
+    pub drain: Arc<Drain>,
 }
 
 #[async_trait]
@@ -28,7 +31,7 @@ impl ShutdownSignalWatch for Signals {
             ShutdownSignal::GracefulUpgrade => self.handed_over.store(true, Ordering::Relaxed),
             ShutdownSignal::GracefulTerminate => {
                 info!(grace = ?self.grace, "SIGTERM: draining");
-                if !crate::drain::drain(self.grace).await {
+                if !self.drain.drain(self.grace).await {
                     warn!("grace period over with work in flight; leases and Slack's retries cover it");
                 }
             }
@@ -38,14 +41,18 @@ impl ShutdownSignalWatch for Signals {
     }
 }
 
+/// What to do with a config that was just reloaded (export the new apps' series).
+pub(super) type OnReload = Box<dyn Fn(&Config) + Send + Sync>;
+
 /// Reloads the apps on SIGHUP; a bad file is refused and the running config stays.
 pub(super) struct Reloader {
     live: Arc<Live>,
+    on_reload: OnReload,
 }
 
 impl Reloader {
-    pub fn new(live: Arc<Live>) -> Self {
-        Reloader { live }
+    pub fn new(live: Arc<Live>, on_reload: OnReload) -> Self {
+        Reloader { live, on_reload }
     }
 }
 
@@ -59,7 +66,10 @@ impl BackgroundService for Reloader {
         loop {
             tokio::select! {
                 _ = hup.recv() => match self.live.reload() {
-                    Ok(apps) => info!(apps, "config reloaded"),
+                    Ok(apps) => {
+                        (self.on_reload)(&self.live.get().config);
+                        info!(apps, "config reloaded");
+                    }
                     Err(e) => error!(error = %e, "reload refused; the running config stays"),
                 },
                 _ = shutdown.changed() => return,

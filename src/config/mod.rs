@@ -11,9 +11,10 @@ mod include;
 mod server;
 mod values;
 
+pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
 pub use server::SLACK_HOOKS_HOST;
-pub use values::{interpolate, redact_url, Secret, Upstream};
+pub use values::{interpolate, redact_url, Upstream};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

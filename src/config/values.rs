@@ -1,8 +1,5 @@
-//! Values with rules of their own: the bot's URL, signing secrets, `${ENV}` interpolation and
-//! addresses.
-
-use std::fmt;
-use std::sync::Arc;
+//! Values with rules of their own: the bot's URL, `${ENV}` interpolation, host allow-list
+//! entries, addresses and paths.
 
 /// Where the bot listens: `http(s)://host[:port][/path]`.
 #[derive(Debug, Clone)]
@@ -31,33 +28,6 @@ impl Upstream {
             (false, false) => format!("{}:{}", self.host, self.port),
             (false, true) => format!("[{}]:{}", self.host, self.port),
         }
-    }
-}
-
-/// A signing secret. Its `Debug` never shows the value.
-#[derive(Clone)]
-pub struct Secret(Arc<str>);
-
-impl Secret {
-    pub fn new(value: &str) -> Self {
-        Secret(value.into())
-    }
-    pub fn expose(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
-}
-
-/// Constant-time, so that comparing a presented token leaks nothing through timing.
-impl PartialEq for Secret {
-    fn eq(&self, other: &Secret) -> bool {
-        use subtle::ConstantTimeEq;
-        bool::from(self.expose().ct_eq(other.expose()))
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret([redacted])")
     }
 }
 

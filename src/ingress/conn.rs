@@ -31,7 +31,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::ListenerLimits;
-use crate::metrics::METRICS;
+use crate::shared::Shared;
 
 /// Why the gateway closed a connection itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,8 @@ pub enum Closed {
 }
 
 impl Closed {
+    pub const ALL: [Closed; 3] = [Closed::HeaderTimeout, Closed::IdleTimeout, Closed::OverLimit];
+
     pub fn as_label(self) -> &'static str {
         match self {
             Closed::HeaderTimeout => "header_timeout",
@@ -55,22 +57,27 @@ impl Closed {
 pub struct Guarded<A> {
     inner: Arc<A>,
     limits: ListenerLimits,
+    shared: Arc<Shared>,
     open: AtomicUsize,
 }
 
 impl<A> Guarded<A> {
-    pub fn new(inner: A, limits: ListenerLimits) -> Self {
-        Guarded { inner: Arc::new(inner), limits, open: AtomicUsize::new(0) }
+    pub fn new(inner: A, limits: ListenerLimits, shared: Arc<Shared>) -> Self {
+        Guarded { inner: Arc::new(inner), limits, shared, open: AtomicUsize::new(0) }
+    }
+
+    fn closed(&self, reason: Closed) {
+        self.shared.metrics.connections_closed.with_label_values(&[reason.as_label()]).inc();
     }
 }
 
 /// One open connection, counted until dropped.
-struct Slot<'a>(&'a AtomicUsize);
+struct Slot<'a>(&'a AtomicUsize, &'a Shared);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-        METRICS.connections_open.dec();
+        self.1.metrics.connections_open.dec();
     }
 }
 
@@ -79,17 +86,17 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         if self.open.fetch_add(1, Ordering::Relaxed) >= self.limits.max_connections {
             self.open.fetch_sub(1, Ordering::Relaxed);
-            METRICS.connections_closed.with_label_values(&[Closed::OverLimit.as_label()]).inc();
+            self.closed(Closed::OverLimit);
             return None;
         }
-        METRICS.connections_open.inc();
-        let _slot = Slot(&self.open);
+        self.shared.metrics.connections_open.inc();
+        let _slot = Slot(&self.open, &self.shared);
         let clock = Arc::new(Clock::new(self.limits.header_timeout));
         let guarded = GuardedStream { inner: stream, clock: clock.clone(), limits: self.limits };
         let watchdog = async {
             let reason = clock.expired().await;
             // Counted before the connection is dropped, so the count is there when it closes.
-            METRICS.connections_closed.with_label_values(&[reason.as_label()]).inc();
+            self.closed(reason);
         };
         tokio::select! {
             // The inner app loops over the connection's kept-alive requests itself and only

@@ -18,17 +18,21 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::Answer;
+use super::answer::{Answer, Outcome as Answered, RequestKind};
+use crate::attempt::{self, Attempted, InlineOutcome, ReplyTo};
+use crate::clock::now_ms;
 use crate::config::AppConfig;
-use crate::delivery::{now_ms, policy, policy::Verdict};
-use crate::metrics::METRICS;
-use crate::outbox::{Finish, ShardKeys, Store};
-use crate::slack::{self, Kind};
-use crate::upstream::{Outgoing, Response, UpstreamClient};
+use crate::drain::Work;
+use crate::outbox::{Finish, ShardKeys, Store, StoreOp};
+use crate::policy::{self, Outcome, Verdict};
+use crate::shared::Shared;
+use crate::slack::Kind;
+use crate::upstream::{Response, UpstreamClient};
 
 /// Everything the background half of an inline attempt needs, owned.
 pub struct InlineJob {
     pub app: Arc<AppConfig>,
+    pub shared: Arc<Shared>,
     pub keys: ShardKeys,
     pub store: Store,
     pub client: Arc<UpstreamClient>,
@@ -46,10 +50,10 @@ pub struct InlineJob {
 
 /// Run the attempt; answer Slack with the bot's own answer if it comes within `budget`.
 pub async fn run(job: InlineJob, budget: Duration) -> Answer {
-    let kind = job.kind.as_str();
+    let kind = RequestKind::from(job.kind);
     let span = info_span!("inline", app = %job.app.name, delivery = %job.id, detail = %job.detail);
     let (tx, mut rx) = oneshot::channel();
-    let in_flight = crate::drain::ATTEMPTS.enter();
+    let in_flight = job.shared.drain.enter(Work::Attempt);
     tokio::spawn(
         async move {
             attempt(job, tx).await;
@@ -72,73 +76,73 @@ pub async fn run(job: InlineJob, budget: Duration) -> Answer {
             content_type: r.content_type.map(Cow::Owned).unwrap_or(Cow::Borrowed("text/plain")),
             body: r.body,
             kind,
-            outcome: "answered",
+            outcome: Answered::Answered,
         },
-        None => Answer::empty(200, kind, "accepted"),
+        None => Answer::empty(200, kind, Answered::Accepted),
     }
 }
 
 async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
-    let app = &job.app.name;
-    let label = job.kind.as_str();
-    let out = Outgoing {
-        upstream: &job.app.upstream,
+    let d = attempt::Delivery {
+        id: &job.id,
+        number: 1,
         path: &job.path,
         content_type: &job.content_type,
         body: job.body.clone(),
-        secret: &job.app.secrets[0],
-        delivery_id: &job.id,
-        attempt: 1,
     };
-    let started = std::time::Instant::now();
-    let result = job.client.send(out, job.app.delivery.timeout).await;
-    crate::metrics::attempt_observed(app, &result, started.elapsed());
+    let attempted = attempt::send_once(&job.client, &job.shared.metrics, &job.app, d).await;
     let suggestion = job.detail == "block_suggestion";
-    let verdict = policy::judge(&result);
-    let (finish, outcome) = match &verdict {
+    let (finish, outcome) = match &attempted.verdict {
         // Options are useless later: a failed block_suggestion is not retried.
-        Verdict::Retry { .. } if suggestion => (Finish::Done, "expired"),
-        _ => policy::step(&job.app.delivery, &verdict, 0, job.received_ms, now_ms()),
+        Verdict::Retry { .. } if suggestion => (Finish::Done, Outcome::Expired),
+        v => policy::step(&job.app.delivery, v, 0, job.received_ms, now_ms(), rand::random()),
     };
+    if !finish_inline(&job, finish, outcome).await {
+        let _ = tx.send(None);
+        return;
+    }
+    attempted.audit("inline attempt", 1, outcome, 0);
+    let pass = match attempted.verdict {
+        Verdict::Delivered | Verdict::Final { .. } => attempted.result.as_ref().ok().cloned(),
+        Verdict::Retry { .. } => None,
+    };
+    if tx.send(pass).is_ok() {
+        return count(&job, InlineOutcome::InTime);
+    }
+    if suggestion {
+        count(&job, InlineOutcome::Expired);
+        return info!("block_suggestion answered too late for Slack; expired");
+    }
+    count(&job, InlineOutcome::Late);
+    late_reply(&job, &attempted).await;
+}
+
+/// Record the outcome through the inline fence; `false` when the workers own the delivery now.
+async fn finish_inline(job: &InlineJob, finish: Finish<'_>, outcome: Outcome) -> bool {
+    let app = &job.app.name;
+    let m = &job.shared.metrics;
     match job.store.inline_finish(&job.keys, &job.id, finish).await {
-        Ok(true) => METRICS.deliveries.with_label_values(&[app, outcome]).inc(),
+        Ok(true) => m.deliveries.with_label_values(&[app, outcome.as_label()]).inc(),
         Ok(false) => {
-            METRICS.fence_rejections.with_label_values(&[app]).inc();
-            warn!(outcome, "the workers own this delivery now; result discarded");
-            let _ = tx.send(None);
-            return;
+            m.fence_rejections.with_label_values(&[app]).inc();
+            warn!(outcome = outcome.as_label(), "the workers own this delivery now; result discarded");
+            return false;
         }
         Err(e) => {
-            METRICS.store_errors.with_label_values(&[app, "inline_finish"]).inc();
+            m.store_errors.with_label_values(&[app, StoreOp::InlineFinish.as_label()]).inc();
             warn!(error = %e, "cannot record the outcome; the workers will retry it after the lease");
         }
     }
-    let (status, error) = match &result {
-        Ok(r) => (r.status, String::new()),
-        Err(e) => (0, e.to_string()),
-    };
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    info!(target: "slackgate::audit", attempt = 1, outcome, status, error = %error, latency_ms, "inline attempt");
-    let pass = match verdict {
-        Verdict::Delivered | Verdict::Final { .. } => result.ok(),
-        Verdict::Retry { .. } => None,
-    };
-    let late = match tx.send(pass) {
-        Ok(()) => {
-            METRICS.inline.with_label_values(&[app, label, "in_time"]).inc();
-            return;
-        }
-        Err(late) => late,
-    };
-    if suggestion {
-        METRICS.inline.with_label_values(&[app, label, "expired"]).inc();
-        return info!("block_suggestion answered too late for Slack; expired");
-    }
-    METRICS.inline.with_label_values(&[app, label, "late"]).inc();
-    let (Some(resp), Some(url)) = (late, job.response_url.as_deref()) else { return };
-    if (200..300).contains(&resp.status) && slack::replies_late(job.kind, &job.detail) {
-        let allowed = &job.response_url_hosts;
-        crate::upstream::post_late_reply(&job.client, app, url, allowed, resp.content_type.as_deref(), &resp.body)
-            .await;
-    }
+    true
+}
+
+fn count(job: &InlineJob, outcome: InlineOutcome) {
+    let labels = [job.app.name.as_str(), job.kind.as_str(), outcome.as_label()];
+    job.shared.metrics.inline.with_label_values(&labels).inc();
+}
+
+async fn late_reply(job: &InlineJob, attempted: &Attempted) {
+    let (Ok(resp), Some(url)) = (&attempted.result, job.response_url.as_deref()) else { return };
+    let to = ReplyTo { kind: job.kind, detail: &job.detail, response_url: url, allowed_hosts: &job.response_url_hosts };
+    attempt::late_reply(&job.client, &job.shared.metrics, &job.app.name, &to, resp).await;
 }

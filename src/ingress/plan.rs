@@ -10,8 +10,8 @@ use crate::slack::{self, Delivery, Kind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// The filter that ignores it (acked, not forwarded), by its metric label.
-    pub ignored: Option<&'static str>,
+    /// The filter that ignores it (acked, not forwarded).
+    pub ignored: Option<slack::IgnoreReason>,
     /// The message claim it takes (`dedupe.message`).
     pub claim: Option<String>,
     /// The claim of a message it deletes, whose waiting delivery it cancels.
@@ -61,7 +61,7 @@ pub fn plan(d: &Delivery, app: &AppConfig, shards: u16, now_ms: u64, nonce: u64)
 mod tests {
     use super::*;
     use crate::config::{Config, Overrides};
-    use crate::slack::{classify, Request};
+    use crate::slack::{classify, IgnoreReason, Request};
 
     fn app(extra: &str) -> AppConfig {
         std::env::set_var("SG_PLAN_SECRET", "s");
@@ -115,10 +115,14 @@ mod tests {
         let a =
             app("dedupe = { message = true, cancel_on_delete = true }\nignore = { subtypes = [\"message_deleted\"] }");
         let own = plan(&message("null", "UBOT"), &a, 1, 0, 1);
-        assert_eq!((own.ignored, own.claim.as_deref()), (Some("own_message"), None), "an ignored copy claims nothing");
+        assert_eq!(
+            (own.ignored, own.claim.as_deref()),
+            (Some(IgnoreReason::OwnMessage), None),
+            "an ignored copy claims nothing"
+        );
         assert!(own.skips_store());
         let deleted = plan(&message("\"message_deleted\"", "U1"), &a, 4, 0, 1);
-        assert_eq!(deleted.ignored, Some("subtype"));
+        assert_eq!(deleted.ignored, Some(IgnoreReason::Subtype));
         assert_eq!(deleted.cancel.as_deref(), Some("m:T1:C1:1.5"));
         assert_eq!(deleted.placement, Placement::Discard);
         assert_eq!(deleted.shard, outbox::shard_of("m:T1:C1:1.5", 4), "it meets the claim it cancels");

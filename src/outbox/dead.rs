@@ -13,8 +13,8 @@ pub struct DeadLetter {
     #[serde(skip)]
     pub entry: String,
     pub delivery: String,
-    /// The bot's last status, or empty when the last attempt failed without one.
-    pub status: String,
+    /// The bot's last status; `None` when the last attempt got no answer (`error` says why).
+    pub status: Option<u16>,
     pub error: String,
     pub attempts: u64,
     /// When it was parked (Unix ms).
@@ -24,7 +24,7 @@ pub struct DeadLetter {
 fn letter(e: redis::streams::StreamId) -> DeadLetter {
     DeadLetter {
         delivery: e.get("d").unwrap_or_default(),
-        status: e.get("st").unwrap_or_default(),
+        status: e.get::<String>("st").and_then(|s| s.parse().ok()),
         error: e.get("err").unwrap_or_default(),
         attempts: e.get::<String>("attempts").and_then(|a| a.parse().ok()).unwrap_or(0),
         parked_ms: e.get::<String>("at").and_then(|a| a.parse().ok()).unwrap_or(0),

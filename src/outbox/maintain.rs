@@ -28,6 +28,33 @@ pub struct Trimmed {
     pub by_count: u64,
 }
 
+impl Trimmed {
+    /// How many went for each reason.
+    pub fn by_reason(self) -> [(Eviction, u64); 2] {
+        [(Eviction::Ttl, self.by_age), (Eviction::Max, self.by_count)]
+    }
+}
+
+/// Why a dead letter was dropped, as the `dead_evicted_total` reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// Parked longer than `delivery.dead_ttl`.
+    Ttl,
+    /// The oldest beyond `delivery.dead_max`.
+    Max,
+}
+
+impl Eviction {
+    pub const ALL: [Eviction; 2] = [Eviction::Ttl, Eviction::Max];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            Eviction::Ttl => "ttl",
+            Eviction::Max => "max",
+        }
+    }
+}
+
 /// Sum the stats of an app's shards.
 pub async fn app_stats(store: &Store, shards: &[ShardKeys], now_ms: u64) -> Result<OutboxStats, StoreError> {
     let mut total = OutboxStats::default();

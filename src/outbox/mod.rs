@@ -13,7 +13,7 @@ mod maintain;
 mod scripts;
 
 pub use dead::DeadLetter;
-pub use maintain::{app_stats, OutboxStats, Trimmed};
+pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 
 use std::time::Duration;
 
@@ -24,6 +24,48 @@ use std::collections::HashMap;
 use redis::{AsyncCommands, Script, Value};
 
 use crate::slack::Kind;
+
+/// The store operation that failed, as the `store_errors_total` reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOp {
+    Record,
+    Read,
+    Load,
+    Finish,
+    InlineFinish,
+    Promote,
+    Reclaim,
+    Stats,
+    Trim,
+}
+
+impl StoreOp {
+    pub const ALL: [StoreOp; 9] = [
+        StoreOp::Record,
+        StoreOp::Read,
+        StoreOp::Load,
+        StoreOp::Finish,
+        StoreOp::InlineFinish,
+        StoreOp::Promote,
+        StoreOp::Reclaim,
+        StoreOp::Stats,
+        StoreOp::Trim,
+    ];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            StoreOp::Record => "record",
+            StoreOp::Read => "read",
+            StoreOp::Load => "load",
+            StoreOp::Finish => "finish",
+            StoreOp::InlineFinish => "inline_finish",
+            StoreOp::Promote => "promote",
+            StoreOp::Reclaim => "reclaim",
+            StoreOp::Stats => "stats",
+            StoreOp::Trim => "trim",
+        }
+    }
+}
 
 /// The consumer group every gateway process joins.
 pub const GROUP: &str = "slackgate";
@@ -143,37 +185,40 @@ pub struct Stored {
     pub detail: String,
     pub response_url: String,
     /// The last failed attempt's status or error, when there was one.
-    pub last_status: String,
+    pub last_status: Option<u16>,
     pub last_error: String,
     /// Parked in the dead-letter stream.
     pub dead: bool,
 }
 
-/// How an attempt chain step ends.
+/// How an attempt chain step ends. `status` is the bot's last answer (`None`: there was none,
+/// and `error` says why).
 #[derive(Debug, Clone)]
 pub enum Finish<'a> {
     Done,
     Retry {
         due_ms: u64,
-        status: &'a str,
+        status: Option<u16>,
         error: &'a str,
     },
     /// Parked in the dead-letter stream. `final_` when the bot refused it (a 4xx), rather
     /// than time running out: another copy of its message may then be delivered instead.
     Dead {
         now_ms: u64,
-        status: &'a str,
+        status: Option<u16>,
         error: &'a str,
         final_: bool,
     },
 }
 
 impl Finish<'_> {
-    fn parts(&self) -> (&'static str, u64, &str, &str, bool) {
+    /// Mode, time, status (empty when none), error and final, as the scripts take them.
+    fn parts(&self) -> (&'static str, u64, String, &str, bool) {
+        let text = |s: Option<u16>| s.map(|s| s.to_string()).unwrap_or_default();
         match *self {
-            Finish::Done => ("done", now_ms(), "", "", false),
-            Finish::Retry { due_ms, status, error } => ("retry", due_ms, status, error, false),
-            Finish::Dead { now_ms, status, error, final_ } => ("dead", now_ms, status, error, final_),
+            Finish::Done => ("done", crate::clock::now_ms(), String::new(), "", false),
+            Finish::Retry { due_ms, status, error } => ("retry", due_ms, text(status), error, false),
+            Finish::Dead { now_ms, status, error, final_ } => ("dead", now_ms, text(status), error, final_),
         }
     }
 }
@@ -186,10 +231,6 @@ pub enum Loaded {
     Gone,
     /// Another worker holds the entry now: the attempt must not be made.
     LeaseLost,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
 /// The store handle: cheap to clone, one multiplexed connection underneath.
@@ -422,7 +463,7 @@ fn stored(map: &HashMap<String, Vec<u8>>) -> Stored {
         retries: num("n"),
         detail: text("x"),
         response_url: text("ru"),
-        last_status: text("st"),
+        last_status: text("st").parse().ok(),
         last_error: text("err"),
         dead: map.contains_key("de"),
     }

@@ -97,7 +97,7 @@ pub fn run(command: SimCommand) -> anyhow::Result<()> {
 
 /// Milliseconds since the epoch.
 fn now_ms() -> u64 {
-    crate::delivery::now_ms()
+    crate::clock::now_ms()
 }
 
 /// p-quantile of a histogram in milliseconds (recorded in microseconds).

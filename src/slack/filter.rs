@@ -34,33 +34,64 @@ impl Default for Rules {
     }
 }
 
-/// Why a delivery is ignored, or `None` to forward it. Reasons are metric label values.
-pub fn ignore_reason(d: &Delivery, rules: &Rules) -> Option<&'static str> {
+/// Why a delivery is not forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IgnoreReason {
+    ChannelDenied,
+    ChannelNotAllowed,
+    Subtype,
+    OwnMessage,
+    BotMessage,
+    Edit,
+}
+
+impl IgnoreReason {
+    pub const ALL: [IgnoreReason; 6] = [
+        IgnoreReason::ChannelDenied,
+        IgnoreReason::ChannelNotAllowed,
+        IgnoreReason::Subtype,
+        IgnoreReason::OwnMessage,
+        IgnoreReason::BotMessage,
+        IgnoreReason::Edit,
+    ];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            IgnoreReason::ChannelDenied => "channel_denied",
+            IgnoreReason::ChannelNotAllowed => "channel_not_allowed",
+            IgnoreReason::Subtype => "subtype",
+            IgnoreReason::OwnMessage => "own_message",
+            IgnoreReason::BotMessage => "bot_message",
+            IgnoreReason::Edit => "edit",
+        }
+    }
+}
+
+/// Why a delivery is ignored, or `None` to forward it.
+pub fn ignore_reason(d: &Delivery, rules: &Rules) -> Option<IgnoreReason> {
     if let Some(channel) = &d.channel {
         if rules.channels_deny.contains(channel) {
-            return Some("channel_denied");
+            return Some(IgnoreReason::ChannelDenied);
         }
         if !rules.channels_allow.is_empty() && !rules.channels_allow.contains(channel) {
-            return Some("channel_not_allowed");
+            return Some(IgnoreReason::ChannelNotAllowed);
         }
     }
     let m = d.message.as_ref()?;
-    if let Some(subtype) = &m.subtype {
-        if rules.subtypes.contains(subtype) {
-            return Some("subtype");
-        }
+    if m.subtype.as_ref().is_some_and(|s| rules.subtypes.contains(s)) {
+        return Some(IgnoreReason::Subtype);
     }
     if rules.own_messages && m.user.as_ref().is_some_and(|u| d.bot_users.contains(u)) {
-        return Some("own_message");
+        return Some(IgnoreReason::OwnMessage);
     }
     let other_bot = m.bot_id.is_some() || m.subtype.as_deref() == Some("bot_message");
     if rules.bot_messages && other_bot && !m.bot_id.as_ref().is_some_and(|b| rules.allow_bots.contains(b)) {
-        return Some("bot_message");
+        return Some(IgnoreReason::BotMessage);
     }
     let is_edit = m.subtype.as_deref() == Some("message_changed");
     let adds_mention = m.mentions_bot && !m.previously_mentioned_bot;
     if is_edit && rules.edits_mention_added && !adds_mention {
-        return Some("edit");
+        return Some(IgnoreReason::Edit);
     }
     None
 }
@@ -124,7 +155,7 @@ mod tests {
         let plain = delivery(&envelope(
             r#"{"type":"message","subtype":"message_changed","channel":"C1","ts":"3.0","message":{"user":"U1","text":"<@UBOT> typo fixed","ts":"1.5"},"previous_message":{"user":"U1","text":"<@UBOT> typo","ts":"1.5"}}"#,
         ));
-        assert_eq!(ignore_reason(&plain, &rules), Some("edit"));
+        assert_eq!(ignore_reason(&plain, &rules), Some(IgnoreReason::Edit));
         assert_eq!(ignore_reason(&plain, &Rules::default()), None, "edits forwarded unless asked");
     }
 
@@ -143,31 +174,31 @@ mod tests {
         let own = delivery(&envelope(
             r#"{"type":"message","user":"UBOT","bot_id":"BME","text":"hi","channel":"C1","ts":"1.1"}"#,
         ));
-        assert_eq!(ignore_reason(&own, &Rules::default()), Some("own_message"));
+        assert_eq!(ignore_reason(&own, &Rules::default()), Some(IgnoreReason::OwnMessage));
         assert_eq!(ignore_reason(&own, &Rules { own_messages: false, ..Rules::default() }), None);
         let bot = delivery(&envelope(
             r#"{"type":"message","bot_id":"B9","subtype":"bot_message","text":"hi","channel":"C1","ts":"1.2"}"#,
         ));
         assert_eq!(ignore_reason(&bot, &Rules::default()), None);
         let no_bots = Rules { bot_messages: true, ..Rules::default() };
-        assert_eq!(ignore_reason(&bot, &no_bots), Some("bot_message"));
+        assert_eq!(ignore_reason(&bot, &no_bots), Some(IgnoreReason::BotMessage));
         let allowed = Rules { allow_bots: vec!["B9".into()], ..no_bots.clone() };
         assert_eq!(ignore_reason(&bot, &allowed), None);
         let joined =
             delivery(&envelope(r#"{"type":"message","subtype":"channel_join","user":"U1","channel":"C1","ts":"1.3"}"#));
         assert_eq!(
             ignore_reason(&joined, &Rules { subtypes: vec!["channel_join".into()], ..Rules::default() }),
-            Some("subtype")
+            Some(IgnoreReason::Subtype)
         );
         let human =
             delivery(&envelope(r#"{"type":"app_mention","user":"U1","text":"<@UBOT>","channel":"C1","ts":"1.4"}"#));
         assert_eq!(
             ignore_reason(&human, &Rules { channels_deny: vec!["C1".into()], ..Rules::default() }),
-            Some("channel_denied")
+            Some(IgnoreReason::ChannelDenied)
         );
         assert_eq!(
             ignore_reason(&human, &Rules { channels_allow: vec!["C2".into()], ..Rules::default() }),
-            Some("channel_not_allowed")
+            Some(IgnoreReason::ChannelNotAllowed)
         );
         assert_eq!(ignore_reason(&human, &Rules { channels_allow: vec!["C1".into()], ..Rules::default() }), None);
         let reaction = delivery(&envelope(
@@ -176,7 +207,7 @@ mod tests {
         assert_eq!(reaction.channel.as_deref(), Some("C7"));
         assert_eq!(
             ignore_reason(&reaction, &Rules { channels_deny: vec!["C7".into()], ..Rules::default() }),
-            Some("channel_denied")
+            Some(IgnoreReason::ChannelDenied)
         );
     }
 }

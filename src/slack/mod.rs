@@ -1,12 +1,15 @@
-//! Slack's rules as pure functions: request signatures and what a request is. Knows no store
-//! and no HTTP server.
+//! Slack's rules as pure functions: request signatures, what a request is, its receipt and
+//! message keys, filters, where a late reply may go. Knows no store, no HTTP server and no
+//! other module of this crate.
 
 pub mod classify;
 pub mod filter;
 pub mod reply;
+pub mod retry;
 pub mod verify;
 
 pub use classify::{classify, ClassifyError, Delivery, Kind, Message, Request};
-pub use filter::{deleted_message_key, ignore_reason, message_key, Rules};
-pub use reply::{check_response_url, late_reply, replies_late, RefusedUrl};
+pub use filter::{deleted_message_key, ignore_reason, message_key, IgnoreReason, Rules};
+pub use reply::{check_response_url, late_reply, replies_late, RefusedUrl, ReplyOutcome};
+pub use retry::{retry_num, RetryReason};
 pub use verify::{precheck, sign, verify, VerifyError};

@@ -22,6 +22,28 @@ pub fn replies_late(kind: Kind, detail: &str) -> bool {
     kind == Kind::Command || (kind == Kind::Interactivity && detail == "block_actions")
 }
 
+/// What became of a bot's late answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyOutcome {
+    Posted,
+    /// Slack refused it or could not be reached; not retried (the URL is valid 5 times).
+    Failed,
+    /// The payload's `response_url` is not Slack's: never requested.
+    Refused,
+}
+
+impl ReplyOutcome {
+    pub const ALL: [ReplyOutcome; 3] = [ReplyOutcome::Posted, ReplyOutcome::Failed, ReplyOutcome::Refused];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            ReplyOutcome::Posted => "posted",
+            ReplyOutcome::Failed => "failed",
+            ReplyOutcome::Refused => "refused",
+        }
+    }
+}
+
 /// Why a `response_url` is not posted to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RefusedUrl {

@@ -25,7 +25,7 @@ async fn record(store: &Store, keys: &ShardKeys, id: &str, receipt: &str) -> Rec
         content_type: b"application/json",
         path: "/slack/events",
         kind: Kind::Event,
-        received_ms: slackgate::delivery::now_ms(),
+        received_ms: slackgate::clock::now_ms(),
         ttl: Duration::from_secs(60),
         placement: Placement::Stream,
         claim: None,
@@ -80,8 +80,8 @@ async fn a_scheduled_retry_comes_back_when_due_and_counts_the_attempt() {
     let (redis, store, mut reader, keys) = setup().await;
     record(&store, &keys, "0-d", "e:Ev3").await;
     let lease = outbox::read_new(&mut reader, &keys, "w", 10, Duration::from_millis(100)).await.unwrap().remove(0);
-    let now = slackgate::delivery::now_ms();
-    let retry = Finish::Retry { due_ms: now + 1_000, status: "503", error: "" };
+    let now = slackgate::clock::now_ms();
+    let retry = Finish::Retry { due_ms: now + 1_000, status: Some(503), error: "" };
     assert!(store.finish(&keys, "w", &lease, retry).await.unwrap());
     assert_eq!(redis.xlen(&keys.stream), 0);
     assert_eq!(store.promote(&keys, now, 100).await.unwrap(), 0, "not due yet");
@@ -91,7 +91,7 @@ async fn a_scheduled_retry_comes_back_when_due_and_counts_the_attempt() {
     assert_eq!(back.len(), 1);
     assert_eq!(back[0].delivery, "0-d");
     assert_eq!(store.load(&keys, "0-d").await.unwrap().unwrap().retries, 1);
-    let dead = Finish::Dead { now_ms: now, status: "404", error: "", final_: true };
+    let dead = Finish::Dead { now_ms: now, status: Some(404), error: "", final_: true };
     assert!(store.finish(&keys, "w", &back[0], dead).await.unwrap());
     assert_eq!(redis.xlen(&keys.dead), 1);
     assert_eq!(store.load(&keys, "0-d").await.unwrap().unwrap().retries, 2, "kept for replay");
@@ -160,9 +160,9 @@ async fn dead_letters_past_their_age_or_count_are_dropped_with_their_bodies() {
         record(&store, &keys, &format!("0-t{i}"), &format!("e:EvT{i}")).await;
     }
     let held = outbox::read_new(&mut reader, &keys, "w", 10, Duration::from_millis(100)).await.unwrap();
-    let now = slackgate::delivery::now_ms();
+    let now = slackgate::clock::now_ms();
     for lease in &held {
-        let dead = Finish::Dead { now_ms: now, status: "404", error: "", final_: true };
+        let dead = Finish::Dead { now_ms: now, status: Some(404), error: "", final_: true };
         assert!(store.finish(&keys, "w", lease, dead).await.unwrap());
     }
     assert_eq!(redis.xlen(&keys.dead), 7);

@@ -58,7 +58,7 @@ async fn dead_letters_can_be_listed_shown_replayed_and_purged_from_the_cli() {
     assert!(ok, "{err}");
     let list: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(list.as_array().unwrap().len(), 3);
-    assert_eq!(list[0]["status"], "404");
+    assert_eq!(list[0]["status"], 404, "a status is a number");
     let id = list[0]["delivery"].as_str().unwrap().to_string();
     let (ok, out, _) = cli(&gw, &["dlq", "list"]);
     assert!(ok && out.contains(&id) && out.contains("404"), "{out}");
@@ -136,7 +136,7 @@ async fn the_admin_api_wants_its_token_except_for_probes() {
     assert_eq!(status, 200);
     let list: serde_json::Value = serde_json::from_str(&body).unwrap();
     let id = list[0]["delivery"].as_str().unwrap().to_string();
-    assert_eq!(list[0]["status"], "410");
+    assert_eq!(list[0]["status"], 410);
     let (status, body) = admin(&gw, "GET", &format!("/dlq/bot/{id}"), Some(TOKEN)).await;
     assert!(status == 200 && body.contains("EvApi"), "{body}");
     assert_eq!(admin(&gw, "GET", "/dlq/nobody/0-00", Some(TOKEN)).await.0, 404);

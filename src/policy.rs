@@ -1,4 +1,5 @@
-//! What to do after an attempt: pure rules, tested beside them.
+//! What to do after an attempt toward the bot: pure rules, tested beside them, used alike by
+//! the inline path and the delivery workers.
 
 use std::time::Duration;
 
@@ -6,40 +7,72 @@ use crate::config::DeliveryConfig;
 use crate::outbox::Finish;
 use crate::upstream::{Response, SendError};
 
+/// How one attempt went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Delivered,
-    /// Try again; `after` is the bot's own `Retry-After` when it sent one.
+    /// Try again; `after` is the bot's own `Retry-After` when it sent one. `status` is the
+    /// bot's answer, `None` when there was none (`error` says why).
     Retry {
-        status: String,
-        error: String,
+        status: Option<u16>,
+        error: &'static str,
         after: Option<Duration>,
     },
     /// Never retried: a 4xx other than 408/429 (Bolt answers 404 to an event with no listener).
     Final {
-        status: String,
-        error: String,
+        status: u16,
     },
 }
 
-/// What to record for `verdict`: the outbox transition and the `deliveries_total` outcome.
-/// `retries` is how many attempts already ended in a retry.
-pub fn step<'a>(
+/// How a delivery's attempt chain stands after one attempt: the `deliveries_total` outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Delivered,
+    Retried,
+    /// Parked in the dead-letter stream: a final 4xx, or retried past `give_up_after`.
+    Dead,
+    /// A `block_suggestion` answered too late: options are useless later.
+    Expired,
+    /// Cancelled by a `message_deleted` while it waited.
+    Cancelled,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 5] =
+        [Outcome::Delivered, Outcome::Retried, Outcome::Dead, Outcome::Expired, Outcome::Cancelled];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            Outcome::Delivered => "delivered",
+            Outcome::Retried => "retried",
+            Outcome::Dead => "dead",
+            Outcome::Expired => "expired",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What to record for `verdict`: the outbox transition and the outcome. `retries` is how many
+/// attempts already ended in a retry; `unit` is a uniform draw in [0, 1) for the jitter.
+pub fn step(
     cfg: &DeliveryConfig,
-    verdict: &'a Verdict,
+    verdict: &Verdict,
     retries: u64,
     received_ms: u64,
     now_ms: u64,
-) -> (Finish<'a>, &'static str) {
-    match verdict {
-        Verdict::Delivered => (Finish::Done, "delivered"),
-        Verdict::Final { status, error } => (Finish::Dead { now_ms, status, error, final_: true }, "dead"),
+    unit: f64,
+) -> (Finish<'static>, Outcome) {
+    match *verdict {
+        Verdict::Delivered => (Finish::Done, Outcome::Delivered),
+        Verdict::Final { status } => {
+            (Finish::Dead { now_ms, status: Some(status), error: "", final_: true }, Outcome::Dead)
+        }
         Verdict::Retry { status, error, .. } if given_up(cfg, received_ms, now_ms) => {
-            (Finish::Dead { now_ms, status, error, final_: false }, "dead")
+            (Finish::Dead { now_ms, status, error, final_: false }, Outcome::Dead)
         }
         Verdict::Retry { status, error, after } => {
-            let delay = backoff(cfg, retries, *after, rand::random::<f64>());
-            (Finish::Retry { due_ms: now_ms + delay.as_millis() as u64, status, error }, "retried")
+            let delay = backoff(cfg, retries, after, unit);
+            (Finish::Retry { due_ms: now_ms + delay.as_millis() as u64, status, error }, Outcome::Retried)
         }
     }
 }
@@ -49,10 +82,10 @@ pub fn judge(result: &Result<Response, SendError>) -> Verdict {
     match result {
         Ok(r) if (200..300).contains(&r.status) => Verdict::Delivered,
         Ok(r) if r.status >= 500 || r.status == 408 || r.status == 429 => {
-            Verdict::Retry { status: r.status.to_string(), error: String::new(), after: r.retry_after }
+            Verdict::Retry { status: Some(r.status), error: "", after: r.retry_after }
         }
-        Ok(r) => Verdict::Final { status: r.status.to_string(), error: String::new() },
-        Err(e) => Verdict::Retry { status: String::new(), error: e.to_string(), after: None },
+        Ok(r) => Verdict::Final { status: r.status },
+        Err(e) => Verdict::Retry { status: None, error: e.as_label(), after: None },
     }
 }
 
@@ -111,12 +144,10 @@ mod tests {
         for s in [400, 401, 403, 404, 410, 302] {
             assert!(matches!(judge(&resp(s, None)), Verdict::Final { .. }), "{s}");
         }
-        assert!(matches!(judge(&Err(SendError::Timeout)), Verdict::Retry { .. }));
+        assert_eq!(judge(&Err(SendError::Timeout)), Verdict::Retry { status: None, error: "timeout", after: None });
         let r = judge(&resp(429, Some(7)));
-        assert_eq!(
-            r,
-            Verdict::Retry { status: "429".into(), error: String::new(), after: Some(Duration::from_secs(7)) }
-        );
+        assert_eq!(r, Verdict::Retry { status: Some(429), error: "", after: Some(Duration::from_secs(7)) });
+        assert_eq!(judge(&resp(404, None)), Verdict::Final { status: 404 });
     }
 
     #[test]
@@ -129,6 +160,22 @@ mod tests {
         assert_eq!(backoff(&c, 40, None, 0.5), Duration::from_millis(150_500));
         assert_eq!(backoff(&c, 2, Some(Duration::from_secs(42)), 0.0), Duration::from_secs(42));
         assert_eq!(backoff(&c, 2, Some(Duration::from_secs(4200)), 0.0), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn steps() {
+        let c = cfg();
+        assert_eq!(step(&c, &Verdict::Delivered, 0, 0, 10, 0.5).1, Outcome::Delivered);
+        let (finish, outcome) = step(&c, &Verdict::Final { status: 404 }, 0, 0, 10, 0.5);
+        assert_eq!(outcome, Outcome::Dead);
+        assert!(matches!(finish, Finish::Dead { status: Some(404), final_: true, .. }));
+        let retry = Verdict::Retry { status: Some(503), error: "", after: None };
+        let (finish, outcome) = step(&c, &retry, 2, 0, 10_000, 0.0);
+        assert_eq!(outcome, Outcome::Retried);
+        assert!(matches!(finish, Finish::Retry { due_ms: 11_000, status: Some(503), .. }));
+        let (finish, outcome) = step(&c, &retry, 2, 0, 3_600_000, 0.0);
+        assert_eq!(outcome, Outcome::Dead, "past give_up_after");
+        assert!(matches!(finish, Finish::Dead { final_: false, .. }));
     }
 
     #[test]

@@ -1,0 +1,129 @@
+//! What keeps a shard's outbox healthy besides the attempts: due retries promoted back onto the
+//! stream, dead letters held to their bounds, consumers of gone processes forgotten, and the
+//! outbox gauges refreshed from Redis.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::Shard;
+use crate::clock::now_ms;
+use crate::outbox::{self, ShardKeys, Store, StoreOp};
+use crate::shared::Shared;
+
+/// How often due retries are moved back onto the stream, and at most how many per call.
+const PROMOTE_EVERY: Duration = Duration::from_millis(200);
+const PROMOTE_BATCH: usize = 1000;
+/// How often dead letters past their bounds are dropped, and at most how many per call.
+const TRIM_EVERY: Duration = Duration::from_secs(1);
+const TRIM_BATCH: usize = 1000;
+/// Consumers of gone processes (nothing pending, no read for this long) are forgotten.
+const CONSUMERS_EVERY: Duration = Duration::from_secs(60);
+const CONSUMER_IDLE: Duration = Duration::from_secs(600);
+const GAUGES_EVERY: Duration = Duration::from_secs(5);
+
+/// Promote due retries often; bound the dead letters every second; forget consumers of gone
+/// processes every minute. (Expired leases are re-claimed by the reader, which holds the
+/// permits to run them.)
+pub(super) async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>) {
+    let mut last_trim = tokio::time::Instant::now() - TRIM_EVERY;
+    let mut last_consumers = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(PROMOTE_EVERY) => {}
+            _ = stop.changed() => return,
+        }
+        promote_due(&s).await;
+        if s.shared.drain.draining() {
+            continue;
+        }
+        if last_trim.elapsed() >= TRIM_EVERY {
+            last_trim = tokio::time::Instant::now();
+            trim_dead(&s).await;
+        }
+        if last_consumers.elapsed() >= CONSUMERS_EVERY {
+            last_consumers = tokio::time::Instant::now();
+            match s.store.remove_idle_consumers(&s.keys, CONSUMER_IDLE, &s.consumer).await {
+                Ok(0) => {}
+                Ok(n) => info!(app = %s.app.name, removed = n, "removed idle consumers of gone gateway processes"),
+                Err(e) => debug!(app = %s.app.name, error = %e, "cannot list consumers"),
+            }
+        }
+    }
+}
+
+/// Move due retries back onto the stream. A full batch means more are due (a backlog after an
+/// outage): keep going, so that promotion never caps the drain rate.
+async fn promote_due(s: &Shard) {
+    loop {
+        match s.store.promote(&s.keys, now_ms(), PROMOTE_BATCH).await {
+            Ok(n) if n == PROMOTE_BATCH && !s.shared.drain.draining() => continue,
+            Ok(_) => break,
+            Err(e) => {
+                s.store_error(StoreOp::Promote);
+                break debug!(app = %s.app.name, error = %e, "promote failed");
+            }
+        }
+    }
+}
+
+/// Drop the dead letters past `dead_ttl` or beyond `dead_max` (this shard's share of it).
+async fn trim_dead(s: &Shard) {
+    let d = &s.app.delivery;
+    let oldest_kept = now_ms().saturating_sub(d.dead_ttl.as_millis() as u64);
+    let max_kept = d.dead_max.div_ceil(usize::from(s.shards.max(1)));
+    loop {
+        let trimmed = match s.store.trim_dead(&s.keys, oldest_kept, max_kept, TRIM_BATCH).await {
+            Ok(t) => t,
+            Err(e) => {
+                s.store_error(StoreOp::Trim);
+                return debug!(app = %s.app.name, error = %e, "cannot trim dead letters");
+            }
+        };
+        for (reason, n) in trimmed.by_reason() {
+            if n > 0 {
+                s.shared.metrics.dead_evicted.with_label_values(&[&s.app.name, reason.as_label()]).inc_by(n);
+                let reason = reason.as_label();
+                warn!(app = %s.app.name, dropped = n, reason, "dead letters dropped (delivery.dead_ttl / dead_max)");
+            }
+        }
+        if trimmed.by_age + trimmed.by_count < TRIM_BATCH as u64 {
+            return;
+        }
+    }
+}
+
+/// The outbox gauges of one app, refreshed from Redis every few seconds.
+pub(super) struct Gauges {
+    pub app: String,
+    pub shards: Vec<ShardKeys>,
+    pub store: Store,
+}
+
+impl Gauges {
+    pub async fn run(self, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+        let app = self.app.as_str();
+        loop {
+            match outbox::app_stats(&self.store, &self.shards, now_ms()).await {
+                Ok(st) => {
+                    let m = &shared.metrics;
+                    m.outbox_ready.with_label_values(&[app]).set(st.ready as i64);
+                    m.outbox_in_flight.with_label_values(&[app]).set(st.in_flight as i64);
+                    m.outbox_scheduled.with_label_values(&[app]).set(st.scheduled as i64);
+                    m.outbox_dead.with_label_values(&[app]).set(st.dead as i64);
+                    m.outbox_oldest_age_seconds.with_label_values(&[app]).set(st.oldest_age_ms as f64 / 1000.0);
+                }
+                Err(e) => {
+                    shared.metrics.store_errors.with_label_values(&[app, StoreOp::Stats.as_label()]).inc();
+                    debug!(app, error = %e, "cannot read outbox stats");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(GAUGES_EVERY) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}

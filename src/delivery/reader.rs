@@ -1,0 +1,241 @@
+//! The reader of one app shard: it takes attempt slots first, then at most as many entries
+//! (new ones, or ones whose lease ran out), and runs one attempt per entry — sent only while the
+//! lease is its own, kept alive while the attempt runs, finished through the fence.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use super::Shard;
+use crate::attempt::{self, Attempted, InlineOutcome, ReplyTo};
+use crate::clock::now_ms;
+use crate::drain::Work;
+use crate::outbox::{self, Finish, Lease, Loaded, StoreOp, Stored};
+use crate::policy::{self, Outcome, Verdict};
+use crate::slack::Kind;
+
+/// How long one blocking read waits for new entries.
+const READ_BLOCK: Duration = Duration::from_secs(1);
+/// At most this many entries per read.
+const BATCH: usize = 64;
+
+pub(super) async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) {
+    // Its own connection: a blocking XREADGROUP would stall a shared multiplexed one.
+    let mut conn = match outbox::connect_lazy(&url, READ_BLOCK + Duration::from_secs(2)) {
+        Ok(c) => c,
+        Err(e) => return warn!(error = %e, "reader cannot connect"),
+    };
+    let mut pause = Duration::from_millis(100);
+    // The group is created once, and again after an error (a Redis that lost its data).
+    let mut group_ready = false;
+    let reclaim_every = (s.app.delivery.lease / 4).max(Duration::from_millis(250));
+    let mut last_reclaim = tokio::time::Instant::now();
+    let _running = s.shared.drain.enter(Work::Reader);
+    while !*stop.borrow() && !s.shared.drain.draining() {
+        let Some(mut permits) = take_permits(&s, &mut stop).await else { break };
+        if last_reclaim.elapsed() >= reclaim_every {
+            last_reclaim = tokio::time::Instant::now();
+            permits = match reclaim(&s, permits).await {
+                Some(left) => left,
+                None => continue,
+            };
+        }
+        let count = permits.num_permits();
+        let read = async {
+            if !group_ready {
+                s.store.ensure_group(&s.keys).await?;
+                group_ready = true;
+            }
+            outbox::read_new(&mut conn, &s.keys, &s.consumer, count, READ_BLOCK).await
+        };
+        let leases = tokio::select! {
+            r = read => r,
+            _ = stop.changed() => break,
+        };
+        match leases {
+            Ok(leases) => {
+                pause = Duration::from_millis(100);
+                spawn_attempts(&s, leases, permits);
+            }
+            Err(e) => {
+                group_ready = false;
+                s.store_error(StoreOp::Read);
+                warn!(app = %s.app.name, error = %e, "outbox read failed");
+                drop(permits);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Attempt slots for the next read: at least one (waiting for it), then as many more as are
+/// free, up to this shard's share. An entry read is leased, and its lease must not run while it
+/// waits for a slot. `None` when told to stop.
+async fn take_permits(s: &Shard, stop: &mut watch::Receiver<bool>) -> Option<OwnedSemaphorePermit> {
+    let share = (s.app.delivery.max_in_flight / usize::from(s.shards.max(1))).clamp(1, BATCH);
+    let mut permits = tokio::select! {
+        p = s.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        _ = stop.changed() => return None,
+    };
+    let more = s.permits.available_permits().min(share - 1) as u32;
+    if let Ok(extra) = s.permits.clone().try_acquire_many_owned(more) {
+        permits.merge(extra);
+    }
+    Some(permits)
+}
+
+/// Take over entries whose lease ran out, as many as `permits` allow; returns the permits
+/// left for reading new entries (`None`: all were used).
+async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+    match s.store.reclaim(&s.keys, &s.consumer, s.app.delivery.lease, permits.num_permits()).await {
+        Ok(leases) if !leases.is_empty() => {
+            info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
+            if let Some(used) = permits.split(leases.len().min(permits.num_permits())) {
+                spawn_attempts(s, leases, used);
+            }
+            (permits.num_permits() > 0).then_some(permits)
+        }
+        Ok(_) => Some(permits),
+        Err(e) => {
+            s.store_error(StoreOp::Reclaim);
+            debug!(app = %s.app.name, error = %e, "reclaim failed");
+            Some(permits)
+        }
+    }
+}
+
+/// One task per lease, each with one of `permits` (taken before the entries were read).
+fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut permits: OwnedSemaphorePermit) {
+    for lease in leases {
+        let Some(permit) = permits.split(1) else {
+            // Never more entries than permits; if Redis returned more, the rest wait for a
+            // reclaim after their lease.
+            return warn!(app = %s.app.name, "more entries than permits");
+        };
+        let s = s.clone();
+        let in_flight = s.shared.drain.enter(Work::Attempt);
+        let span = info_span!("delivery", app = %s.app.name, delivery = %lease.delivery, token = lease.token);
+        tokio::spawn(
+            async move {
+                run_attempt(&s, lease).await;
+                drop((permit, in_flight));
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// One attempt for one leased entry, start to fenced finish.
+async fn run_attempt(s: &Shard, lease: Lease) {
+    let Some(stored) = load(s, &lease).await else { return };
+    if stored.kind == Kind::Interactivity && stored.detail == "block_suggestion" {
+        // Its inline attempt failed or its holder died: options are useless by now.
+        return expire(s, &lease, &stored).await;
+    }
+    let number = stored.retries + lease.token;
+    let d = attempt::Delivery {
+        id: &lease.delivery,
+        number,
+        path: &stored.path,
+        content_type: &stored.content_type,
+        body: stored.body.clone(),
+    };
+    let attempted = tokio::select! {
+        a = attempt::send_once(&s.client, &s.shared.metrics, &s.app, d) => a,
+        _ = keep_lease(s, &lease) => return,
+    };
+    finish(s, &lease, &stored, number, attempted).await;
+}
+
+/// The delivery behind a lease, when the lease is still this worker's.
+async fn load(s: &Shard, lease: &Lease) -> Option<Box<Stored>> {
+    match s.store.load_leased(&s.keys, &s.consumer, lease).await {
+        Ok(Loaded::Stored(d)) => Some(d),
+        Ok(Loaded::Gone) => {
+            // The delivery's record is gone (cancelled or already completed): drop the entry.
+            let _ = s.store.finish(&s.keys, &s.consumer, lease, Finish::Done).await;
+            None
+        }
+        Ok(Loaded::LeaseLost) => {
+            // Taken over while this worker waited: the new holder sends it.
+            s.shared.metrics.fence_rejections.with_label_values(&[&s.app.name]).inc();
+            debug!("lease lost before the attempt; not sent");
+            None
+        }
+        Err(e) => {
+            s.store_error(StoreOp::Load);
+            warn!(error = %e, "cannot load delivery; its lease will expire and it will be retried");
+            None
+        }
+    }
+}
+
+async fn expire(s: &Shard, lease: &Lease, stored: &Stored) {
+    if let Ok(true) = s.store.finish(&s.keys, &s.consumer, lease, Finish::Done).await {
+        let m = &s.shared.metrics;
+        m.inline.with_label_values(&[&s.app.name, stored.kind.as_str(), InlineOutcome::Expired.as_label()]).inc();
+        m.deliveries.with_label_values(&[&s.app.name, Outcome::Expired.as_label()]).inc();
+    }
+}
+
+/// Record the attempt's outcome through the fence; on delivery, post a late answer.
+async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempted: Attempted) {
+    let app = &s.app.name;
+    let now = now_ms();
+    let (how, outcome) =
+        policy::step(&s.app.delivery, &attempted.verdict, stored.retries, stored.received_ms, now, rand::random());
+    let next_retry_ms = match &how {
+        Finish::Retry { due_ms, .. } => due_ms.saturating_sub(now),
+        _ => 0,
+    };
+    match s.store.finish(&s.keys, &s.consumer, lease, how).await {
+        Ok(true) => {
+            s.shared.metrics.deliveries.with_label_values(&[app, outcome.as_label()]).inc();
+            attempted.audit("attempt", number, outcome, next_retry_ms);
+            if let (Verdict::Delivered, Ok(resp)) = (&attempted.verdict, &attempted.result) {
+                let lag = now.saturating_sub(stored.received_ms) as f64 / 1000.0;
+                s.shared.metrics.delivered_lag_seconds.with_label_values(&[app]).observe(lag);
+                // A command's or block action's answer cannot reach Slack in the request any more.
+                let to = ReplyTo {
+                    kind: stored.kind,
+                    detail: &stored.detail,
+                    response_url: &stored.response_url,
+                    allowed_hosts: &s.response_url_hosts,
+                };
+                attempt::late_reply(&s.client, &s.shared.metrics, app, &to, resp).await;
+            }
+        }
+        Ok(false) => {
+            s.shared.metrics.fence_rejections.with_label_values(&[app]).inc();
+            warn!(
+                attempt = number,
+                outcome = outcome.as_label(),
+                "lease was taken by another worker; result discarded"
+            );
+        }
+        Err(e) => {
+            s.store_error(StoreOp::Finish);
+            warn!(attempt = number, error = %e, "cannot record the outcome; the lease will expire and the entry be retried");
+        }
+    }
+}
+
+/// Extend the lease every third of its length while an attempt runs. Returns only when the
+/// lease is lost, which abandons the attempt: its result could not be recorded anyway.
+async fn keep_lease(s: &Shard, lease: &Lease) {
+    let every = s.app.delivery.lease / 3;
+    loop {
+        tokio::time::sleep(every).await;
+        match s.store.extend(&s.keys, &s.consumer, lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                s.shared.metrics.fence_rejections.with_label_values(&[&s.app.name]).inc();
+                return warn!("lease lost during the attempt; abandoning it");
+            }
+            Err(e) => debug!(error = %e, "lease extension failed; will try again"),
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The decision for one request on a Slack route: method, signature (cheap checks before the
+//! body is read), body under its cap and deadline, classification, then the handshake answer or
+//! the record (and for commands and interactions the inline attempt).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pingora::proxy::Session;
+use tracing::warn;
+
+use super::answer::{read_body, single_header, Answer, Outcome, RequestKind};
+use super::{inline, plan, Audit, Ingress};
+use crate::clock::{now_ms, now_secs};
+use crate::config::AppConfig;
+use crate::outbox::{NewDelivery, Recorded, ShardKeys, StoreOp};
+use crate::policy;
+use crate::slack::{self, Request, RetryReason};
+
+fn signature_headers(s: &Session) -> (Option<&[u8]>, Option<&[u8]>) {
+    (single_header(s, "x-slack-request-timestamp"), single_header(s, "x-slack-signature"))
+}
+
+/// Where a delivery was recorded: its plan, its shard's keys and when it arrived.
+struct Placed {
+    plan: plan::Plan,
+    keys: ShardKeys,
+    received_ms: u64,
+}
+
+/// A verified delivery and what came with it, on its way to the store.
+struct Verified {
+    delivery: slack::Delivery,
+    content_type: Vec<u8>,
+    body: Bytes,
+    path: String,
+}
+
+impl Ingress {
+    /// Everything between the request line and the answer for one Slack route.
+    pub(super) async fn answer(&self, session: &mut Session, app: &Arc<AppConfig>, audit: &mut Audit) -> Answer {
+        let (content_type, body) = match self.verified_body(session, app, audit).await {
+            Ok(parts) => parts,
+            Err(refusal) => return refusal,
+        };
+        let request = match slack::classify(&content_type, &body) {
+            Ok(r) => r,
+            Err(e) => {
+                audit.reason = e.to_string();
+                return Answer::refuse(400, Outcome::BadRequest, "unparseable payload\n");
+            }
+        };
+        self.note_retry(session, app, audit);
+        match request {
+            Request::UrlVerification { challenge } => {
+                let body = serde_json::json!({ "challenge": challenge }).to_string();
+                Answer {
+                    content_type: Cow::Borrowed("application/json"),
+                    body: body.into(),
+                    ..Answer::empty(200, RequestKind::UrlVerification, Outcome::Answered)
+                }
+            }
+            Request::SslCheck => Answer::empty(200, RequestKind::SslCheck, Outcome::Answered),
+            Request::RateLimited => {
+                warn!(app = %app.name, "Slack reports app_rate_limited: it is dropping events for this app");
+                Answer::empty(200, RequestKind::AppRateLimited, Outcome::Ignored)
+            }
+            Request::Delivery(delivery) => {
+                let path = session.req_header().uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+                self.record(app, Verified { delivery, content_type, body, path }, audit).await
+            }
+        }
+    }
+
+    /// The body, once the method, the signature headers (before the body is read), the body's
+    /// size and deadline, and the signature over it are all right; else the refusal.
+    async fn verified_body(
+        &self,
+        session: &mut Session,
+        app: &AppConfig,
+        audit: &mut Audit,
+    ) -> Result<(Vec<u8>, Bytes), Answer> {
+        if session.req_header().method != http::Method::POST {
+            return Err(Answer::refuse(405, Outcome::BadMethod, "method not allowed\n"));
+        }
+        let now = now_secs();
+        let unauthorized = |e: slack::VerifyError, audit: &mut Audit| {
+            audit.reason = e.to_string();
+            Answer::refuse(401, Outcome::Unauthorized, "invalid signature\n")
+        };
+        // Unsigned, stale or malformed: refused before a byte of the body is buffered.
+        let (ts, sig) = signature_headers(session);
+        slack::precheck(ts, sig, now).map_err(|e| unauthorized(e, audit))?;
+        let server = &self.config.server;
+        let body = match tokio::time::timeout(server.limits.body_timeout, read_body(session, server.max_body)).await {
+            Ok(read) => read?,
+            Err(_) => return Err(Answer::refuse(408, Outcome::BodyTimeout, "request body too slow\n")),
+        };
+        let (ts, sig) = signature_headers(session);
+        slack::verify(&app.secrets, ts, sig, &body, now).map_err(|e| unauthorized(e, audit))?;
+        let content_type = single_header(session, "content-type").unwrap_or_default().to_vec();
+        Ok((content_type, body))
+    }
+
+    /// Count and audit Slack's own redelivery headers.
+    fn note_retry(&self, session: &Session, app: &AppConfig, audit: &mut Audit) {
+        let Some(num) = single_header(session, "x-slack-retry-num") else { return };
+        let reason = RetryReason::parse(single_header(session, "x-slack-retry-reason").unwrap_or_default());
+        self.shared.metrics.slack_retries.with_label_values(&[app.name.as_str(), reason.as_label()]).inc();
+        audit.retry_num = slack::retry_num(num).map(|n| n.to_string()).unwrap_or_else(|| "?".into());
+        audit.retry_reason = reason.as_label();
+    }
+
+    /// Filters, then the one Redis round trip before the ack (bounded by the pre-ack budget),
+    /// then for commands and interactions the inline attempt.
+    async fn record(&self, app: &Arc<AppConfig>, v: Verified, audit: &mut Audit) -> Answer {
+        let d = &v.delivery;
+        let kind = RequestKind::from(d.kind);
+        audit.detail.clone_from(&d.detail);
+        audit.receipt = d.receipt.clone().unwrap_or_default();
+        let received_ms = now_ms();
+        let plan = plan::plan(d, app, self.config.redis.shards, received_ms, rand::random::<u64>());
+        if let Some(reason) = plan.ignored {
+            self.shared.metrics.ignored.with_label_values(&[&app.name, reason.as_label()]).inc();
+            audit.reason = reason.as_label().into();
+        }
+        if plan.skips_store() {
+            return Answer::empty(200, kind, Outcome::Ignored);
+        }
+        audit.message_key = plan.claim.clone().or_else(|| plan.cancel.clone()).unwrap_or_default();
+        let keys = ShardKeys::new(&self.config.redis.key_prefix, &app.name, plan.shard);
+        let new = NewDelivery {
+            id: &plan.id,
+            receipt: d.receipt.as_deref(),
+            body: &v.body,
+            content_type: &v.content_type,
+            path: &v.path,
+            kind: d.kind,
+            received_ms,
+            ttl: app.receipt_ttl,
+            placement: plan.placement,
+            claim: plan.claim.as_deref(),
+            cancel: plan.cancel.as_deref(),
+            detail: &d.detail,
+            response_url: d.response_url.as_deref().unwrap_or(""),
+        };
+        let recorded = match self.store_record(app, &keys, &new).await {
+            Ok(r) => r,
+            Err(refusal) => return refusal,
+        };
+        self.recorded(app, recorded, Placed { plan, keys, received_ms }, v, audit).await
+    }
+
+    /// The record itself, within the ack budget; a 503 (Slack retries) when it cannot be made.
+    async fn store_record(&self, app: &AppConfig, keys: &ShardKeys, new: &NewDelivery<'_>) -> Result<Recorded, Answer> {
+        let unavailable = |why: &str| {
+            self.shared.metrics.store_errors.with_label_values(&[&app.name, StoreOp::Record.as_label()]).inc();
+            warn!(app = %app.name, error = why, "cannot record; answering 503 so Slack retries");
+            let mut a = Answer::refuse(503, Outcome::StoreUnavailable, "store unavailable\n");
+            a.kind = RequestKind::from(new.kind);
+            a
+        };
+        let store = self.store().map_err(|e| unavailable(&e.to_string()))?;
+        match tokio::time::timeout(self.config.server.ack_budget, store.record(keys, new)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(unavailable(&e.to_string())),
+            Err(_) => Err(unavailable("the pre-ack budget ran out")),
+        }
+    }
+
+    /// The answer for what the record found; a new command or interaction goes inline.
+    async fn recorded(
+        &self,
+        app: &Arc<AppConfig>,
+        recorded: Recorded,
+        at: Placed,
+        v: Verified,
+        audit: &mut Audit,
+    ) -> Answer {
+        let Placed { plan, keys, received_ms } = at;
+        let kind = RequestKind::from(v.delivery.kind);
+        let cancelled = match recorded {
+            Recorded::Duplicate(original) => {
+                audit.delivery = original;
+                return Answer::empty(200, kind, Outcome::Duplicate);
+            }
+            Recorded::DuplicateMessage(holder) => {
+                audit.delivery = holder;
+                return Answer::empty(200, kind, Outcome::DuplicateMessage);
+            }
+            Recorded::New { cancelled } => cancelled,
+        };
+        if cancelled {
+            let m = &self.shared.metrics;
+            m.cancelled.with_label_values(&[&app.name]).inc();
+            m.deliveries.with_label_values(&[&app.name, policy::Outcome::Cancelled.as_label()]).inc();
+            audit.reason = "cancelled the deleted message's delivery".into();
+        }
+        if plan.ignored.is_some() {
+            return Answer::empty(200, kind, Outcome::Ignored);
+        }
+        audit.delivery.clone_from(&plan.id);
+        let Some(budget) = plan.inline else { return Answer::empty(200, kind, Outcome::Accepted) };
+        let Ok(store) = self.store() else { return Answer::empty(200, kind, Outcome::Accepted) };
+        let job = inline::InlineJob {
+            app: app.clone(),
+            shared: self.shared.clone(),
+            keys,
+            store: store.clone(),
+            client: self.client.clone(),
+            id: plan.id,
+            kind: v.delivery.kind,
+            detail: v.delivery.detail,
+            response_url: v.delivery.response_url,
+            response_url_hosts: self.response_url_hosts.clone(),
+            path: v.path,
+            content_type: String::from_utf8_lossy(&v.content_type).into_owned(),
+            body: v.body,
+            received_ms,
+        };
+        inline::run(job, budget).await
+    }
+}

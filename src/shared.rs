@@ -1,0 +1,50 @@
+//! What the services of one gateway process share — its metrics, its drain and in-flight
+//! counts, whether its delivery workers run — as one value built in `cli` and handed to the
+//! ingress, the delivery service and the admin listener. No process-wide statics: two gateways
+//! can run in one process (a test does).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::drain::Drain;
+use crate::metrics::Metrics;
+
+#[derive(Default)]
+pub struct Shared {
+    pub metrics: Metrics,
+    pub drain: Arc<Drain>,
+    workers_running: AtomicBool,
+}
+
+impl Shared {
+    pub fn new() -> Arc<Shared> {
+        Arc::new(Shared::default())
+    }
+
+    /// Whether this process's delivery workers are running, for `/readyz`.
+    pub fn workers_running(&self) -> bool {
+        self.workers_running.load(Ordering::Relaxed)
+    }
+
+    pub fn set_workers_running(&self, running: bool) {
+        self.workers_running.store(running, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::Work;
+
+    #[test]
+    fn two_gateways_in_one_process_share_nothing() {
+        let (a, b) = (Shared::new(), Shared::new());
+        a.metrics.requests.with_label_values(&["bot", "event", "accepted"]).inc();
+        let _busy = a.drain.enter(Work::Request);
+        a.set_workers_running(true);
+        let rendered = String::from_utf8(b.metrics.render()).unwrap();
+        assert!(!rendered.contains("outcome=\"accepted\""), "{rendered}");
+        assert_eq!(b.drain.count(Work::Request), 0);
+        assert!(a.workers_running() && !b.workers_running());
+    }
+}
