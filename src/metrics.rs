@@ -83,72 +83,49 @@ impl Metrics {
         let mut fast = exponential_buckets(0.00025, 2.0, 14).expect("static buckets");
         fast.push(3.0);
         let slow = exponential_buckets(0.005, 2.0, 18).expect("static buckets");
-        macro_rules! counter {
-            ($name:literal, $help:literal, $labels:expr) => {
-                register_int_counter_vec_with_registry!($name, $help, $labels, r).expect("unique metric")
-            };
-        }
-        macro_rules! gauge {
-            ($name:literal, $help:literal) => {
-                register_int_gauge_vec_with_registry!($name, $help, &["app"], r).expect("unique metric")
-            };
-        }
-        macro_rules! histogram {
-            ($name:literal, $help:literal, $buckets:expr) => {
-                register_histogram_vec_with_registry!($name, $help, &["app"], $buckets, r).expect("unique metric")
-            };
-        }
+        let (app, kind, outcome, reason) = ("app", "kind", "outcome", "reason");
+        let counter = |name: &str, help: &str, labels: &[&str]| counter(&r, name, help, labels);
+        let gauge = |name: &str, help: &str| gauge(&r, name, help);
+        let histogram = |name: &str, help: &str, buckets: &[f64]| histogram(&r, name, help, buckets);
         Metrics {
-            requests: counter!(
-                "requests_total",
-                "Slack-facing requests by kind and outcome",
-                &["app", "kind", "outcome"]
-            ),
-            ack_seconds: histogram!("ack_seconds", "Time to answer Slack", fast),
-            slack_retries: counter!("slack_retries_total", "Slack redeliveries seen, by reason", &["app", "reason"]),
-            deliveries: counter!("deliveries_total", "Delivery attempt outcomes", &["app", "outcome"]),
-            attempt_seconds: histogram!("attempt_seconds", "Duration of one attempt toward the bot", slow.clone()),
-            delivered_lag_seconds: histogram!("delivered_lag_seconds", "Receipt to the bot's 2xx", slow),
-            upstream_responses: counter!(
+            requests: counter("requests_total", "Slack-facing requests by kind and outcome", &[app, kind, outcome]),
+            ack_seconds: histogram("ack_seconds", "Time to answer Slack", &fast),
+            slack_retries: counter("slack_retries_total", "Slack redeliveries seen, by reason", &[app, reason]),
+            deliveries: counter("deliveries_total", "Delivery attempt outcomes", &[app, outcome]),
+            attempt_seconds: histogram("attempt_seconds", "Duration of one attempt toward the bot", &slow),
+            delivered_lag_seconds: histogram("delivered_lag_seconds", "Receipt to the bot's 2xx", &slow),
+            upstream_responses: counter(
                 "upstream_responses_total",
                 "Bot answers by status class",
-                &["app", "status_class"]
+                &[app, "status_class"],
             ),
-            fence_rejections: counter!("fence_rejections_total", "Completions refused by the lease fence", &["app"]),
-            store_errors: counter!(
-                "store_errors_total",
-                "Redis errors by the operation that failed",
-                &["app", "reason"]
-            ),
-            ignored: counter!("ignored_total", "Deliveries acked and not forwarded, by filter", &["app", "reason"]),
-            cancelled: counter!("cancelled_total", "Waiting deliveries cancelled by message_deleted", &["app"]),
-            inline: counter!("inline_total", "Inline pass-through outcomes", &["app", "kind", "outcome"]),
-            response_url_posts: counter!(
-                "response_url_posts_total",
-                "Late replies to response_url",
-                &["app", "outcome"]
-            ),
-            dead_evicted: counter!("dead_evicted_total", "Dead letters dropped by their bounds", &["app", "reason"]),
-            outbox_ready: gauge!("outbox_ready", "Deliveries waiting on the stream for a worker"),
-            outbox_in_flight: gauge!("outbox_in_flight", "Deliveries leased to a worker"),
-            outbox_scheduled: gauge!(
+            fence_rejections: counter("fence_rejections_total", "Completions refused by the lease fence", &[app]),
+            store_errors: counter("store_errors_total", "Redis errors by the operation that failed", &[app, reason]),
+            ignored: counter("ignored_total", "Deliveries acked and not forwarded, by filter", &[app, reason]),
+            cancelled: counter("cancelled_total", "Waiting deliveries cancelled by message_deleted", &[app]),
+            inline: counter("inline_total", "Inline pass-through outcomes", &[app, kind, outcome]),
+            response_url_posts: counter("response_url_posts_total", "Late replies to response_url", &[app, outcome]),
+            dead_evicted: counter("dead_evicted_total", "Dead letters dropped by their bounds", &[app, reason]),
+            outbox_ready: gauge("outbox_ready", "Deliveries waiting on the stream for a worker"),
+            outbox_in_flight: gauge("outbox_in_flight", "Deliveries leased to a worker"),
+            outbox_scheduled: gauge(
                 "outbox_scheduled",
-                "Deliveries scheduled for a retry (or held for an inline answer)"
+                "Deliveries scheduled for a retry (or held for an inline answer)",
             ),
-            outbox_dead: gauge!("outbox_dead", "Deliveries in the dead-letter stream"),
+            outbox_dead: gauge("outbox_dead", "Deliveries in the dead-letter stream"),
             outbox_oldest_age_seconds: register_gauge_vec_with_registry!(
                 "outbox_oldest_age_seconds",
                 "Age of the oldest delivery still waiting",
-                &["app"],
+                &[app],
                 r
             )
             .expect("unique metric"),
             connections_open: register_int_gauge_with_registry!("connections_open", "Slack-facing connections open", r)
                 .expect("unique metric"),
-            connections_closed: counter!(
+            connections_closed: counter(
                 "connections_closed_total",
-                "Slack-facing connections closed by the gateway, by reason",
-                &["reason"]
+                "Slack-facing connections closed by the gateway",
+                &[reason],
             ),
             registry: r,
         }
@@ -251,6 +228,18 @@ impl Metrics {
         self.attempt_seconds.with_label_values(&[app]).observe(took.as_secs_f64());
         self.upstream_responses.with_label_values(&[app, class]).inc();
     }
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register_int_counter_vec_with_registry!(name, help, labels, r).expect("unique metric")
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
+    register_int_gauge_vec_with_registry!(name, help, &["app"], r).expect("unique metric")
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> HistogramVec {
+    register_histogram_vec_with_registry!(name, help, &["app"], buckets.to_vec(), r).expect("unique metric")
 }
 
 /// Every status class an attempt is counted with.

@@ -26,9 +26,9 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     // One rustls provider for the whole process: Pingora's TLS and `rediss://` alike.
     pingora::tls::install_default_crypto_provider();
     let overrides = Overrides {
-        listen: opts.listen,
-        admin_listen: opts.admin_listen,
-        redis_url: opts.redis_url,
+        listen: opts.listen.clone(),
+        admin_listen: opts.admin_listen.clone(),
+        redis_url: opts.redis_url.clone(),
         secrets_optional: false,
     };
     let config = Arc::new(Config::from_file(&opts.config.config, &overrides)?);
@@ -38,15 +38,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     }
     let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides));
     init_series(&shared, &config);
-    let embedded = match &config.redis.target {
-        RedisTarget::Embedded => Some(EmbeddedRedis::start(&opts.data_dir, opts.upgrade).context("embedded Redis")?),
-        RedisTarget::Url(_) => None,
-    };
-    let redis_url = match (&embedded, &config.redis.target) {
-        (Some(e), _) => e.url(),
-        (None, RedisTarget::Url(u)) => u.clone(),
-        (None, RedisTarget::Embedded) => unreachable!("embedded target always starts a server"),
-    };
+    let (embedded, redis_url) = redis(&config, &opts)?;
     // With a Redis URL nothing is written to disk (a read-only root filesystem is fine): the data
     // dir holds the embedded Redis, and the upgrade socket only when --upgrade needs it.
     let pid_file = opts.pid_file.clone().or_else(|| embedded.as_ref().map(|_| opts.data_dir.join("slackgate.pid")));
@@ -70,17 +62,29 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
             drain: shared.drain.clone(),
         }),
     });
-    let handed_over = handed_over.load(Ordering::Relaxed);
     // The successor of an upgrade owns the pid file (and the embedded Redis) now.
-    if let (Some(p), false) = (&pid_file, handed_over) {
-        let _ = std::fs::remove_file(p);
-    }
-    match embedded {
-        Some(_) if handed_over => {}
-        Some(e) => e.stop(),
-        None => {}
+    if !handed_over.load(Ordering::Relaxed) {
+        if let Some(p) = &pid_file {
+            let _ = std::fs::remove_file(p);
+        }
+        if let Some(e) = embedded {
+            e.stop();
+        }
     }
     Ok(())
+}
+
+/// The Redis to use: the configured URL, or a private server started (or, on `--upgrade`,
+/// adopted) under the data dir.
+fn redis(config: &Config, opts: &RunOpts) -> anyhow::Result<(Option<EmbeddedRedis>, String)> {
+    Ok(match &config.redis.target {
+        RedisTarget::Url(u) => (None, u.clone()),
+        RedisTarget::Embedded => {
+            let e = EmbeddedRedis::start(&opts.data_dir, opts.upgrade).context("embedded Redis")?;
+            let url = e.url();
+            (Some(e), url)
+        }
+    })
 }
 
 /// The Slack listener (behind its connection guard), the delivery workers, the admin listener

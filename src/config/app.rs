@@ -45,23 +45,7 @@ impl Validator<'_> {
             ));
         }
         let delivery = self.delivery(prefix, a)?;
-        let edits_mention_added = match a.dedupe.edits.as_deref() {
-            None | Some("all") => false,
-            Some("mention-added") => true,
-            Some(other) => {
-                return Err(self.err(&key("dedupe.edits"), format!("`{other}`: use \"all\" or \"mention-added\"")))
-            }
-        };
-        let ig = &a.ignore;
-        let rules = crate::slack::Rules {
-            own_messages: ig.own_messages.unwrap_or(true),
-            bot_messages: ig.bot_messages.unwrap_or(false),
-            allow_bots: ig.allow_bots.clone(),
-            subtypes: ig.subtypes.clone(),
-            channels_allow: ig.channels_allow.clone(),
-            channels_deny: ig.channels_deny.clone(),
-            edits_mention_added,
-        };
+        let rules = self.rules(prefix, a)?;
         let inline_command = self.inline(&key("inline.command"), &a.inline.command, &delivery)?;
         let inline_interactivity = self.inline(&key("inline.interactivity"), &a.inline.interactivity, &delivery)?;
         Ok(AppConfig {
@@ -81,6 +65,28 @@ impl Validator<'_> {
             inline_command,
             inline_interactivity,
             delivery,
+        })
+    }
+
+    /// The filters: `ignore = { … }` and `dedupe.edits`.
+    fn rules(&self, prefix: &str, a: &AppSection) -> Result<crate::slack::Rules, ConfigError> {
+        let edits_mention_added = match a.dedupe.edits.as_deref() {
+            None | Some("all") => false,
+            Some("mention-added") => true,
+            Some(other) => {
+                let key = format!("{prefix}dedupe.edits");
+                return Err(self.err(&key, format!("`{other}`: use \"all\" or \"mention-added\"")));
+            }
+        };
+        let ig = &a.ignore;
+        Ok(crate::slack::Rules {
+            own_messages: ig.own_messages.unwrap_or(true),
+            bot_messages: ig.bot_messages.unwrap_or(false),
+            allow_bots: ig.allow_bots.clone(),
+            subtypes: ig.subtypes.clone(),
+            channels_allow: ig.channels_allow.clone(),
+            channels_deny: ig.channels_deny.clone(),
+            edits_mention_added,
         })
     }
 

@@ -10,62 +10,20 @@
 
 mod dead;
 mod maintain;
+mod model;
 mod scripts;
 
 pub use dead::DeadLetter;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
+use model::stored;
+pub use model::{Finish, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use redis::aio::ConnectionManager;
 use std::collections::HashMap;
 
 use redis::{AsyncCommands, Script, Value};
-
-use crate::slack::Kind;
-
-/// The store operation that failed, as the `store_errors_total` reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreOp {
-    Record,
-    Read,
-    Load,
-    Finish,
-    InlineFinish,
-    Promote,
-    Reclaim,
-    Stats,
-    Trim,
-}
-
-impl StoreOp {
-    pub const ALL: [StoreOp; 9] = [
-        StoreOp::Record,
-        StoreOp::Read,
-        StoreOp::Load,
-        StoreOp::Finish,
-        StoreOp::InlineFinish,
-        StoreOp::Promote,
-        StoreOp::Reclaim,
-        StoreOp::Stats,
-        StoreOp::Trim,
-    ];
-
-    pub fn as_label(self) -> &'static str {
-        match self {
-            StoreOp::Record => "record",
-            StoreOp::Read => "read",
-            StoreOp::Load => "load",
-            StoreOp::Finish => "finish",
-            StoreOp::InlineFinish => "inline_finish",
-            StoreOp::Promote => "promote",
-            StoreOp::Reclaim => "reclaim",
-            StoreOp::Stats => "stats",
-            StoreOp::Trim => "trim",
-        }
-    }
-}
 
 /// The consumer group every gateway process joins.
 pub const GROUP: &str = "slackgate";
@@ -117,120 +75,6 @@ pub fn shard_of(key: &str, shards: u16) -> u16 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     (h % u64::from(shards.max(1))) as u16
-}
-
-/// A verified delivery about to be recorded.
-pub struct NewDelivery<'a> {
-    pub id: &'a str,
-    /// What absorbs Slack's redeliveries; `None`: nothing does (see `slack::Delivery`).
-    pub receipt: Option<&'a str>,
-    pub body: &'a [u8],
-    pub content_type: &'a [u8],
-    pub path: &'a str,
-    pub kind: Kind,
-    pub received_ms: u64,
-    pub ttl: Duration,
-    pub placement: Placement,
-    /// The message claim (`m:…`) that collapses several events of one human message.
-    pub claim: Option<&'a str>,
-    /// The claim of a message being deleted, whose waiting delivery is to be cancelled.
-    pub cancel: Option<&'a str>,
-    /// The interaction type or command, for the workers' rules.
-    pub detail: &'a str,
-    pub response_url: &'a str,
-}
-
-/// Where a new delivery waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    /// On the stream, for the workers.
-    Stream,
-    /// Held by the ingress for an inline attempt until `due_ms`, then promoted to the workers.
-    Inline { due_ms: u64 },
-    /// Not stored at all: only its receipt and its cancellation take effect (a filtered-out
-    /// `message_deleted` still cancels the deleted message's waiting delivery).
-    Discard,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum Recorded {
-    /// Recorded; `cancelled` when it also cancelled a deleted message's waiting delivery.
-    New { cancelled: bool },
-    /// A retry of a known receipt; carries the id of the original delivery.
-    Duplicate(String),
-    /// Another event of a message that is already claimed (e.g. `message` after
-    /// `app_mention`); carries the id of the delivery that claimed it.
-    DuplicateMessage(String),
-}
-
-/// An entry this worker holds: `(consumer, token)` is its claim on it.
-#[derive(Debug, Clone)]
-pub struct Lease {
-    pub entry: String,
-    pub delivery: String,
-    pub token: u64,
-}
-
-/// A delivery as stored, ready to send.
-#[derive(Debug, Clone)]
-pub struct Stored {
-    pub body: Bytes,
-    pub content_type: String,
-    pub path: String,
-    pub kind: Kind,
-    pub received_ms: u64,
-    /// Attempts that already ended in a retry.
-    pub retries: u64,
-    /// The interaction type or command.
-    pub detail: String,
-    pub response_url: String,
-    /// The last failed attempt's status or error, when there was one.
-    pub last_status: Option<u16>,
-    pub last_error: String,
-    /// Parked in the dead-letter stream.
-    pub dead: bool,
-}
-
-/// How an attempt chain step ends. `status` is the bot's last answer (`None`: there was none,
-/// and `error` says why).
-#[derive(Debug, Clone)]
-pub enum Finish<'a> {
-    Done,
-    Retry {
-        due_ms: u64,
-        status: Option<u16>,
-        error: &'a str,
-    },
-    /// Parked in the dead-letter stream. `final_` when the bot refused it (a 4xx), rather
-    /// than time running out: another copy of its message may then be delivered instead.
-    Dead {
-        now_ms: u64,
-        status: Option<u16>,
-        error: &'a str,
-        final_: bool,
-    },
-}
-
-impl Finish<'_> {
-    /// Mode, time, status (empty when none), error and final, as the scripts take them.
-    fn parts(&self) -> (&'static str, u64, String, &str, bool) {
-        let text = |s: Option<u16>| s.map(|s| s.to_string()).unwrap_or_default();
-        match *self {
-            Finish::Done => ("done", crate::clock::now_ms(), String::new(), "", false),
-            Finish::Retry { due_ms, status, error } => ("retry", due_ms, text(status), error, false),
-            Finish::Dead { now_ms, status, error, final_ } => ("dead", now_ms, text(status), error, final_),
-        }
-    }
-}
-
-/// What a worker finds when it loads the entry it leased.
-#[derive(Debug)]
-pub enum Loaded {
-    Stored(Box<Stored>),
-    /// The delivery's record is gone (cancelled, or completed meanwhile).
-    Gone,
-    /// Another worker holds the entry now: the attempt must not be made.
-    LeaseLost,
 }
 
 /// The store handle: cheap to clone, one multiplexed connection underneath.
@@ -447,25 +291,6 @@ impl Store {
     pub async fn ping(&self) -> Result<(), StoreError> {
         let _: String = redis::cmd("PING").query_async(&mut self.conn.clone()).await?;
         Ok(())
-    }
-}
-
-/// A delivery hash's fields, as stored by the scripts.
-fn stored(map: &HashMap<String, Vec<u8>>) -> Stored {
-    let text = |k: &str| map.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
-    let num = |k: &str| text(k).parse::<u64>().unwrap_or(0);
-    Stored {
-        body: Bytes::from(map.get("b").cloned().unwrap_or_default()),
-        content_type: text("ct"),
-        path: text("p"),
-        kind: Kind::parse(&text("k")),
-        received_ms: num("rcv"),
-        retries: num("n"),
-        detail: text("x"),
-        response_url: text("ru"),
-        last_status: text("st").parse().ok(),
-        last_error: text("err"),
-        dead: map.contains_key("de"),
     }
 }
 
