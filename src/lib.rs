@@ -3,18 +3,30 @@
 //! retrying until the bot answers 2xx. At-least-once, on purpose (see the README).
 //!
 //! # Layout
-//! Data flows one way: ingress → outbox → delivery → upstream.
-//! - [`config`]: `gateway.toml` → one validated [`config::Config`].
-//! - [`slack`]: pure rules — signatures, request classification, receipt keys.
-//! - [`ingress`]: Pingora `ProxyHttp` — route, verify, classify, record, ack; passthrough.
+//! Data flows one way: ingress → outbox → delivery → upstream. The ingress and the delivery
+//! workers meet only at the outbox; both send through [`attempt`] (one send-once step) and
+//! decide what follows with [`policy`].
+//! - [`cli`]: the command line; `run` wires the services together and hands each the
+//!   [`shared`] state.
+//! - [`config`]: `gateway.toml` → one validated [`config::Config`]; [`live`]: the running
+//!   config, reloaded on SIGHUP.
+//! - [`slack`]: pure rules — signatures, request classification, receipt and message keys,
+//!   filters, where a late reply may go. Depends on no other module.
+//! - [`ingress`]: Pingora `ProxyHttp` — route, verify, classify, record, ack; inline answers for
+//!   commands and interactions; passthrough; per-connection deadlines.
 //! - [`outbox`]: Redis scripts and streams — record, lease, fenced finish, retries, dead letters.
-//! - [`delivery`]: background workers and the retry policy.
+//!   Knows no HTTP and no workers.
+//! - [`delivery`]: the background workers (reader, housekeeping).
+//! - [`attempt`]: one attempt toward the bot, and the late reply to `response_url`.
+//! - [`policy`]: what to do after an attempt (retry, backoff, give up, dead-letter).
 //! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot.
-//! - [`admin`], [`metrics`]: `/metrics`, `/healthz`, `/readyz`.
-//! - [`ops`]: operator actions for the CLI and the admin API (stats, dead letters).
-//! - [`live`]: the running config, reloaded on SIGHUP.
-//! - [`sim`]: `slackgate sim`, Slack's side and a bot's for load tests.
-//! - [`embedded`]: the private `redis-server` for laptops.
+//! - [`shared`]: what one process's services share — [`metrics`], [`drain`] (graceful stop and
+//!   in-flight counts), whether the workers run.
+//! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, stats and the dead-letter API; [`ops`]:
+//!   operator actions for the CLI and the admin API.
+//! - [`clock`]: wall time from tokio's clock (pausable in tests); [`secret`]: secret values.
+//! - [`sim`]: `slackgate sim`, Slack's side and a bot's for load tests; [`embedded`]: the
+//!   private `redis-server` for laptops.
 #![forbid(unsafe_code)]
 
 pub mod admin;

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
-use crate::config::{AppConfig, Config, ConfigError, Overrides, RouteKind};
+use crate::config::{AppConfig, BoundPorts, Config, ConfigError, Overrides, RouteKind};
 
 /// One generation of the config with its routing table.
 pub struct Snapshot {
@@ -39,6 +39,8 @@ pub enum ReloadError {
 pub struct Live {
     path: PathBuf,
     overrides: Overrides,
+    /// Listening addresses written with port 0, and the ones actually bound.
+    bound: BoundPorts,
     current: RwLock<Arc<Snapshot>>,
     generation: watch::Sender<u64>,
 }
@@ -46,7 +48,19 @@ pub struct Live {
 impl Live {
     pub fn new(config: Arc<Config>, path: PathBuf, overrides: Overrides) -> Self {
         let (generation, _) = watch::channel(0);
-        Live { path, overrides, current: RwLock::new(Arc::new(Snapshot::new(config))), generation }
+        Live {
+            path,
+            overrides,
+            bound: BoundPorts::default(),
+            current: RwLock::new(Arc::new(Snapshot::new(config))),
+            generation,
+        }
+    }
+
+    /// The addresses bound for port 0 at start, so a reloaded file still matches them.
+    pub fn with_bound(mut self, bound: BoundPorts) -> Self {
+        self.bound = bound;
+        self
     }
 
     pub fn get(&self) -> Arc<Snapshot> {
@@ -60,7 +74,8 @@ impl Live {
 
     /// Re-read the files; swap in the new apps if they are valid and nothing else changed.
     pub fn reload(&self) -> Result<usize, ReloadError> {
-        let new = Config::from_file(&self.path, &self.overrides)?;
+        let mut new = Config::from_file(&self.path, &self.overrides)?;
+        new.server.resolve_ports(&self.bound);
         let old = self.get().config.clone();
         if new.server != old.server {
             return Err(ReloadError::NeedsRestart("[server]"));

@@ -12,7 +12,7 @@ use pingora::services::listening::Service;
 
 use super::{signals, RunOpts};
 use crate::admin::Admin;
-use crate::config::{redact_url, Config, Overrides, RedisTarget};
+use crate::config::{redact_url, BoundPorts, Config, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
 use crate::embedded::EmbeddedRedis;
 use crate::ingress::{Guarded, Ingress};
@@ -31,12 +31,12 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
         redis_url: opts.redis_url.clone(),
         secrets_optional: false,
     };
-    let config = Arc::new(Config::from_file(&opts.config.config, &overrides)?);
-    if !opts.upgrade {
-        // Pingora retries a taken port in the background while the rest runs; fail here instead.
-        preflight(&config)?;
-    }
-    let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides));
+    let mut config = Config::from_file(&opts.config.config, &overrides)?;
+    // Pingora retries a taken port in the background while the rest runs; fail here instead.
+    // (An upgrade takes its sockets over from the running gateway.)
+    let bound = if opts.upgrade { BoundPorts::default() } else { preflight(&mut config)? };
+    let config = Arc::new(config);
+    let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides).with_bound(bound));
     init_series(&shared, &config);
     let (embedded, redis_url) = redis(&config, &opts)?;
     // With a Redis URL nothing is written to disk (a read-only root filesystem is fine): the data
@@ -139,16 +139,24 @@ fn fixed_labels() -> FixedLabels {
 }
 
 /// Both listening addresses must be free now: a gateway that cannot take its Slack port
-/// must not run on as if it could.
-fn preflight(config: &Config) -> anyhow::Result<()> {
-    let s = &config.server;
-    let addrs = [("server.listen", Some(&s.listen)), ("server.admin_listen", s.admin_listen.as_ref())];
-    for (key, addr) in addrs {
-        let Some(addr) = addr else { continue };
-        std::net::TcpListener::bind(addr.as_str())
+/// must not run on as if it could. An address with port 0 gets a free port, which the startup
+/// line names.
+fn preflight(config: &mut Config) -> anyhow::Result<BoundPorts> {
+    let bind = |key: &str, addr: &str| -> anyhow::Result<(std::net::TcpListener, Option<(String, String)>)> {
+        let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} ({key} in {})", config.source.display()))?;
-    }
-    Ok(())
+        let resolved = addr.ends_with(":0").then(|| listener.local_addr().map(|a| (addr.to_string(), a.to_string())));
+        Ok((listener, resolved.transpose()?))
+    };
+    // Both held until both are bound, so two port-0 addresses get two ports.
+    let (_slack, listen) = bind("server.listen", &config.server.listen)?;
+    let admin = match &config.server.admin_listen {
+        Some(addr) => Some(bind("server.admin_listen", addr)?),
+        None => None,
+    };
+    let bound = BoundPorts { listen, admin_listen: admin.and_then(|(_, b)| b) };
+    config.server.resolve_ports(&bound);
+    Ok(bound)
 }
 
 /// The one line a user needs at start: where Slack and the admin API are served, which Redis,

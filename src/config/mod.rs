@@ -77,6 +77,30 @@ pub struct ServerConfig {
     pub limits: ListenerLimits,
 }
 
+/// Listening addresses written with port 0 (any free port), each with the address actually
+/// bound for it: `(as written, as bound)`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BoundPorts {
+    pub listen: Option<(String, String)>,
+    pub admin_listen: Option<(String, String)>,
+}
+
+impl ServerConfig {
+    /// Replace each listening address written with port 0 by the one actually bound for it.
+    pub fn resolve_ports(&mut self, bound: &BoundPorts) {
+        if let Some((from, to)) = &bound.listen {
+            if self.listen == *from {
+                self.listen.clone_from(to);
+            }
+        }
+        if let Some((from, to)) = &bound.admin_listen {
+            if self.admin_listen.as_ref() == Some(from) {
+                self.admin_listen = Some(to.clone());
+            }
+        }
+    }
+}
+
 /// What a Slack-facing connection may cost: time to send its headers and its body, time
 /// idle between requests, and how many may be open at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

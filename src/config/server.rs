@@ -75,7 +75,9 @@ impl Validator<'_> {
             return Ok(None);
         }
         check_addr(&admin).map_err(|m| self.err("server.admin_listen", m))?;
-        if admin.parse::<SocketAddr>().ok() == listen.parse().ok() {
+        // Port 0 is any free port: two of them are two ports.
+        let admin_addr = admin.parse::<SocketAddr>().ok().filter(|a| a.port() != 0);
+        if admin_addr.is_some() && admin_addr == listen.parse().ok() {
             return Err(self.err(
                 "server.admin_listen",
                 "must differ from server.listen: the admin API is never on the Slack-facing port",

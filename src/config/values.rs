@@ -69,14 +69,24 @@ pub(super) fn check_host_entry(entry: &str) -> Result<String, String> {
     Ok(e)
 }
 
-/// A URL fit for logs and `check`'s output: any password replaced by `***`.
+/// A URL fit for logs and `check`'s output: any password (`user:pw@`, or `?pass=` /
+/// `?password=` as in `redis+unix://` URLs) replaced by `***`.
 pub fn redact_url(text: &str) -> String {
     match url::Url::parse(text) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
+            let secret = |k: &str| k == "pass" || k == "password";
+            if u.query_pairs().any(|(k, _)| secret(&k)) {
+                let pairs: Vec<(String, String)> = u
+                    .query_pairs()
+                    .map(|(k, v)| (k.to_string(), if secret(&k) { "***".to_string() } else { v.into_owned() }))
+                    .collect();
+                u.query_pairs_mut().clear().extend_pairs(pairs);
+            }
             u.to_string()
         }
-        Ok(_) => text.to_string(),
         // Not a URL: it may still hold a secret, so show only its scheme-like head.
         Err(_) => format!("{}…", text.chars().take_while(|c| *c != ':' && *c != '@').collect::<String>()),
     }

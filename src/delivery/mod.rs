@@ -3,8 +3,8 @@
 //! lease holder's word counts. Safety never depends on cleanup code: an abandoned entry is simply
 //! re-claimed by a live worker once its lease runs out.
 //!
-//! - [`reader`]: read and re-claim entries, one attempt per entry, the fenced finish.
-//! - [`housekeeping`]: promote due retries, bound the dead letters, forget gone consumers, gauges.
+//! - `reader`: read and re-claim entries, one attempt per entry, the fenced finish.
+//! - `housekeeping`: promote due retries, bound the dead letters, forget gone consumers, gauges.
 
 mod housekeeping;
 mod reader;

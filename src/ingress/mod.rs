@@ -2,7 +2,7 @@
 //! signature, classify, record in one Redis round trip, ack. Passthrough paths are plainly
 //! reverse-proxied to the app's bot.
 //!
-//! - [`answer`]: what the gateway answers and how it is counted.
+//! - `answer`: what the gateway answers and how it is counted.
 //! - `slack_route`: the decision for one Slack request (verify, classify, record, inline).
 //! - [`plan`]: what recording a verified delivery will do, decided without the store.
 //! - `inline`: the inline attempt for commands and interactions.

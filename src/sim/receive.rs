@@ -65,9 +65,9 @@ pub async fn run(o: ReceiveOpts) -> anyhow::Result<()> {
         latency: Mutex::new(histogram()),
         last: Mutex::new(None),
     });
-    if !o.json {
-        eprintln!("sim receive: listening on {}", listener.local_addr()?);
-    }
+    // Always said (on stderr, so --json output stays clean): with port 0 it is how a caller
+    // learns the port.
+    eprintln!("sim receive: listening on {}", listener.local_addr()?);
     let b = bot.clone();
     let server = tokio::spawn(async move {
         loop {

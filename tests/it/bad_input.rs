@@ -120,7 +120,7 @@ async fn handshakes_are_answered_by_the_gateway_and_not_stored() {
     // An unsigned challenge is refused: the signature check comes first.
     let mut unsigned = Req::signed("/slack/events", challenge.to_vec(), SECRET);
     unsigned.headers.clear();
-    assert_eq!(send(gw.port, unsigned).await.0, 401);
+    assert_eq!(send(gw.port, unsigned).await.0, 401, "{}", gw.log());
     let (status, _) = send(gw.port, Req::signed("/slack/events", b"ssl_check=1&token=x".to_vec(), SECRET)).await;
     assert_eq!(status, 200);
     let (status, _) = send(

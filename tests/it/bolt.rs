@@ -56,12 +56,11 @@ impl BoltApp {
         }
         let tmp = tempfile::tempdir().unwrap();
         let (out, err) = (tmp.path().join("stdout.log"), tmp.path().join("stderr.log"));
-        let port = free_port();
         let child = Command::new(program)
             .arg(script)
             .current_dir(&dir)
             .env("SLACK_SIGNING_SECRET", SECRET)
-            .env("PORT", port.to_string())
+            .env("PORT", "0")
             .env("SLOW", slow.to_string())
             .env("PYTHONUNBUFFERED", "1")
             .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -75,16 +74,21 @@ impl BoltApp {
             .stderr(std::fs::File::create(&err).unwrap())
             .spawn()
             .unwrap_or_else(|e| panic!("{program} on PATH (scripts/deps installs it): {e}"));
-        let mut app = BoltApp { kind, child: Some(child), port, out, err, _dir: tmp };
+        let mut app = BoltApp { kind, child: Some(child), port: 0, out, err, _dir: tmp };
+        // The app binds any free port and prints it.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        loop {
+            let listening = app.stdout().lines().find_map(|l| l.strip_prefix("LISTENING ")?.trim().parse().ok());
+            if let Some(port) = listening {
+                app.port = port;
+                return app;
+            }
             if let Some(Ok(Some(status))) = app.child.as_mut().map(|c| c.try_wait()) {
                 panic!("{kind:?} Bolt app exited with {status}:\n{}", app.logs());
             }
             assert!(Instant::now() < deadline, "{kind:?} Bolt app did not listen:\n{}", app.logs());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        app
     }
 
     fn url(&self) -> String {

@@ -50,25 +50,24 @@ fn config_errors_name_the_file_and_the_key() {
 async fn run_with_no_redis_url_starts_and_stops_its_own_redis() {
     let dir = tempfile::tempdir().unwrap();
     let bot = Receiver::start(SECRET).await;
-    let (port, admin) = (free_port(), free_port());
     let config = dir.path().join("gateway.toml");
     std::fs::write(
         &config,
-        format!("[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n[[app]]\nname = \"bot\"\nsigning_secret = \"${{SG_TEST_SECRET}}\"\nupstream = \"{}\"\n", bot.url()),
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[[app]]\nname = \"bot\"\nsigning_secret = \"${{SG_TEST_SECRET}}\"\nupstream = \"{}\"\n", bot.url()),
     )
     .unwrap();
     let data = dir.path().join("data");
+    let log = dir.path().join("gateway.log");
     let mut child = slackgate()
         .args(["run", "--config"])
         .arg(&config)
         .arg("--data-dir")
         .arg(&data)
         .env("SG_TEST_SECRET", SECRET)
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let up = eventually(Duration::from_secs(15), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
-    assert!(up, "gateway listens");
+    let port = wait_started(&log, &mut child).await;
     assert_eq!(send(port, Req::signed("/slack/events", event("EvEmbedded"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
     let socket = data.join("redis.sock");
@@ -121,6 +120,25 @@ fn apps_can_live_in_included_files_and_clashes_name_both_files() {
     assert!(stderr.contains("ops.toml") && stderr.contains("unknown field `colour`"), "{stderr}");
 }
 
+/// Wait for a gateway started with port 0 to say where it listens (its startup line in `log`)
+/// and to accept there; its Slack port.
+async fn wait_started(log: &std::path::Path, child: &mut std::process::Child) -> u16 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some((port, _)) = started_on(&text, 0) {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("gateway exited with {status}:\n{text}");
+        }
+        assert!(std::time::Instant::now() < deadline, "gateway did not start:\n{text}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// A config with a Redis URL and the given `[server]` lines.
 fn config_with(dir: &std::path::Path, redis: &str, server: &str, upstream: &str) -> std::path::PathBuf {
     let path = dir.join("gateway.toml");
@@ -137,9 +155,8 @@ fn config_with(dir: &std::path::Path, redis: &str, server: &str, upstream: &str)
 #[test]
 fn run_refuses_an_open_admin_listener_without_a_token() {
     let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let server = format!("listen = \"127.0.0.1:{port}\"\nadmin_listen = \"0.0.0.0:{admin}\"");
-    let config = config_with(dir.path(), "redis://127.0.0.1:1/", &server, "http://127.0.0.1:8000");
+    let server = "listen = \"127.0.0.1:0\"\nadmin_listen = \"0.0.0.0:0\"";
+    let config = config_with(dir.path(), "redis://127.0.0.1:1/", server, "http://127.0.0.1:8000");
     let out = slackgate().args(["run", "--config"]).arg(&config).env("SG_TEST_SECRET", SECRET).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -151,7 +168,7 @@ fn run_fails_at_once_when_the_slack_port_is_taken() {
     let dir = tempfile::tempdir().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let server = format!("listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{}\"", free_port());
+    let server = format!("listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:0\"");
     let config = config_with(dir.path(), "redis://127.0.0.1:1/", &server, "http://127.0.0.1:8000");
     let started = std::time::Instant::now();
     let out = slackgate().args(["run", "--config"]).arg(&config).env("SG_TEST_SECRET", SECRET).output().unwrap();
@@ -171,9 +188,10 @@ async fn with_a_redis_url_run_writes_nothing_to_disk() {
     let redis = RedisServer::start();
     let bot = Receiver::start(SECRET).await;
     let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let server = format!("listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"");
-    let config = config_with(dir.path(), &redis.url(), &server, &bot.url());
+    let server = "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"";
+    let config = config_with(dir.path(), &redis.url(), server, &bot.url());
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("gateway.log");
     // /proc takes no new files, even from root: a working directory (and default data dir)
     // where any write fails, as on a read-only root filesystem.
     let mut child = slackgate()
@@ -181,14 +199,11 @@ async fn with_a_redis_url_run_writes_nothing_to_disk() {
         .arg(&config)
         .current_dir("/proc")
         .env("SG_TEST_SECRET", SECRET)
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let up = eventually(Duration::from_secs(15), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() || matches!(child.try_wait(), Ok(Some(_)))
-    })
-    .await;
-    assert!(up && matches!(child.try_wait(), Ok(None)), "serves from a read-only place");
+    let port = wait_started(&log, &mut child).await;
+    assert!(matches!(child.try_wait(), Ok(None)), "serves from a read-only place");
     assert_eq!(send(port, Req::signed("/slack/events", event("EvReadOnly"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
     let _ = child.kill();
@@ -202,7 +217,7 @@ async fn the_startup_line_says_where_everything_is_and_redacts_the_redis_passwor
     let _: () =
         redis::cmd("CONFIG").arg("SET").arg("requirepass").arg("hunter2-pass").query(&mut redis.conn()).unwrap();
     let bot = Receiver::start(SECRET).await;
-    let url = format!("redis://:hunter2-pass@127.0.0.1:{}/", redis.port);
+    let url = format!("{}?pass=hunter2-pass", redis.url());
     let cfg = GatewayConfig::new(&url, &prefix("startline"), &bot.url());
     let gw = Gateway::start(&cfg).await;
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvLine"), SECRET)).await.0, 200, "{}", gw.log());
@@ -211,7 +226,7 @@ async fn the_startup_line_says_where_everything_is_and_redacts_the_redis_passwor
     for want in [
         format!("listen=127.0.0.1:{}", gw.port),
         format!("admin=\"127.0.0.1:{}\"", gw.admin_port),
-        format!("redis=redis://:***@127.0.0.1:{}/", redis.port),
+        format!("redis={}?pass=***", redis.url()),
         format!("bot [/slack/events passthrough /slack/install] -> {}", bot.url()),
     ] {
         assert!(line.contains(&want), "`{want}` in {line}");

@@ -70,15 +70,16 @@ async fn passthrough_paths_are_reverse_proxied_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bot_that_is_down_then_back_gets_everything() {
     let redis = RedisServer::start();
-    let port = free_port();
-    let cfg = GatewayConfig::new(&redis.url(), &prefix("down"), &format!("http://127.0.0.1:{port}"));
+    let down = Reserved::new();
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("down"), &down.url());
     let gw = Gateway::start(&cfg).await;
     const N: usize = 20;
     for i in 0..N {
         assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvDown{i:02}")), SECRET)).await.0, 200);
     }
-    tokio::time::sleep(Duration::from_millis(1200)).await; // several failed attempts each
-    let bot = Receiver::start_on(port, SECRET).await;
+    let retried = r#"slackgate_deliveries_total{app="bot",outcome="retried"}"#;
+    assert!(metric_reaches(gw.admin_port, retried, 2.0 * N as f64, Duration::from_secs(10)).await, "failed attempts");
+    let bot = down.start(SECRET).await;
     assert!(eventually(Duration::from_secs(10), || bot.count() >= N).await, "{}", gw.log());
     tokio::time::sleep(Duration::from_millis(500)).await;
     for i in 0..N {
@@ -219,14 +220,15 @@ async fn readers_lease_no_more_entries_than_they_have_permits_for() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bot_going_down_and_back_is_logged_once_each_way() {
     let redis = RedisServer::start();
-    let port = free_port();
-    let cfg = GatewayConfig::new(&redis.url(), &prefix("downlog"), &format!("http://127.0.0.1:{port}"));
+    let down = Reserved::new();
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("downlog"), &down.url());
     let gw = Gateway::start(&cfg).await;
     for i in 0..5 {
         assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvLog{i}")), SECRET)).await.0, 200);
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await; // several failed attempts each
-    let bot = Receiver::start_on(port, SECRET).await;
+    let retried = r#"slackgate_deliveries_total{app="bot",outcome="retried"}"#;
+    assert!(metric_reaches(gw.admin_port, retried, 10.0, Duration::from_secs(10)).await, "several failed attempts");
+    let bot = down.start(SECRET).await;
     assert!(eventually(Duration::from_secs(10), || bot.count() >= 5).await);
     let log = gw.log();
     assert_eq!(log.matches("bot unreachable").count(), 1, "{log}");

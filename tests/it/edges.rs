@@ -125,17 +125,6 @@ async fn slow_and_idle_connections_are_dropped_on_time_while_events_are_acked() 
     assert!(metrics.contains("outcome=\"body_timeout\""), "slow bodies answered 408 and counted");
 }
 
-/// One sample from the gateway's /metrics (the first series whose line starts with `series`).
-async fn metric(gw: &Gateway, series: &str) -> f64 {
-    let body = send(gw.admin_port, get("/metrics")).await.1;
-    let text = String::from_utf8_lossy(&body);
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 fn get(path: &str) -> Req {
     let mut r = Req::signed(path, Vec::new(), SECRET);
     r.method = "GET";
@@ -153,7 +142,7 @@ async fn open_connections_are_capped_and_the_excess_closed_at_once() {
     // Every one of them accepted and counted before the next arrives.
     let mut open = 0.0;
     for _ in 0..100 {
-        open = metric(&gw, "slackgate_connections_open").await;
+        open = metric(gw.admin_port, "slackgate_connections_open").await;
         if open >= 20.0 {
             break;
         }
@@ -169,7 +158,7 @@ async fn open_connections_are_capped_and_the_excess_closed_at_once() {
     }
     held.truncate(10);
     for _ in 0..100 {
-        if metric(&gw, "slackgate_connections_open").await <= 10.0 {
+        if metric(gw.admin_port, "slackgate_connections_open").await <= 10.0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -234,14 +223,11 @@ async fn passthrough_to_an_unreachable_bot_is_a_prompt_502() {
     // A listener that accepts and never answers: the read timeout must end the wait.
     let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mute_port = mute.local_addr().unwrap().port();
-    let closed_port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let closed = Reserved::new(); // bound, not listening: connections are refused
     let delivery = r#"{ timeout = "1s", retry_initial = "100ms", retry_max = "400ms", lease = "5s" }"#;
     for (name, upstream) in [
         ("nxdomain", "http://no-such-host.invalid:8000".to_string()),
-        ("refused", format!("http://127.0.0.1:{closed_port}")),
+        ("refused", closed.url()),
         ("mute", format!("http://127.0.0.1:{mute_port}")),
     ] {
         let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &upstream);

@@ -28,8 +28,11 @@ async fn sigterm_lets_the_attempt_in_flight_finish_then_exits() {
 async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
     let redis = RedisServer::start();
     let bot = Receiver::start(SECRET).await;
-    let mut old = Gateway::start(&GatewayConfig::new(&redis.url(), &prefix("upgrade"), &bot.url())).await;
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("upgrade"), &bot.url());
+    let mut old = Gateway::start(&cfg).await;
     let port = old.port;
+    // The successor takes the listening sockets over by their address: name the ports.
+    old.pin_ports(&cfg);
     let traffic = tokio::spawn(async move {
         let mut answers = Vec::new();
         for i in 0..150 {

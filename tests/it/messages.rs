@@ -143,8 +143,8 @@ async fn with_mention_added_only_edits_that_add_the_mention_are_forwarded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_message_cancels_its_waiting_delivery() {
     let redis = RedisServer::start();
-    let port = free_port(); // the bot is down: deliveries wait for retry
-    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("cancel"), &format!("http://127.0.0.1:{port}"));
+    let down = Reserved::new(); // the bot is down: deliveries wait for retry
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("cancel"), &down.url());
     cfg.app = r#"dedupe = { message = true, cancel_on_delete = true }
 ignore = { subtypes = ["message_deleted"] }"#
         .into();
@@ -152,11 +152,12 @@ ignore = { subtypes = ["message_deleted"] }"#
     let gw = Gateway::start(&cfg).await;
     assert_eq!(post(&gw, mention("EvC1", "1700000400.000100")).await, 200);
     assert_eq!(post(&gw, mention("EvC2", "1700000401.000100")).await, 200);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let retried = r#"slackgate_deliveries_total{app="bot",outcome="retried"}"#;
+    assert!(metric_reaches(gw.admin_port, retried, 2.0, Duration::from_secs(5)).await, "both wait for a retry");
     assert_eq!(post(&gw, deleted("EvC3", "1700000400.000100")).await, 200);
-    let bot = Receiver::start_on(port, SECRET).await;
+    let bot = down.start(SECRET).await;
     assert!(eventually(Duration::from_secs(8), || bot.count() >= 1).await, "{}", gw.log());
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(eventually(Duration::from_secs(5), || redis.keys("*:d:*").is_empty()).await, "nothing else waits");
     assert_eq!(bot.count_body("EvC1"), 0, "cancelled");
     assert_eq!(bot.count_body("EvC2"), 1, "the other message is untouched");
     assert_eq!(bot.count_body("EvC3"), 0, "the deletion itself is filtered out");

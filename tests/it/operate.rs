@@ -384,10 +384,16 @@ async fn a_delivery_waiting_for_a_retry_sets_the_oldest_age() {
     bot.set_default(Reply::status(503)); // the bot is down: the delivery waits in the retry schedule
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvAge"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let (ok, out, err) = cli(&gw, &["stats", "--json"]);
-    assert!(ok, "{err}");
-    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // Its age grows while it waits: poll until it passes a second.
+    let stats = || {
+        let (ok, out, err) = cli(&gw, &["stats", "--json"]);
+        assert!(ok, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let aged = eventually(Duration::from_secs(5), || stats()[0]["oldest_age_ms"].as_u64().unwrap() >= 1000).await;
+    assert!(aged, "{}", stats());
+    let s = stats();
+    let out = s.to_string();
     assert_eq!(
         (s[0]["ready"].as_u64(), s[0]["in_flight"].as_u64(), s[0]["scheduled"].as_u64()),
         (Some(0), Some(0), Some(1))

@@ -13,19 +13,27 @@ fn sim(args: &[&str]) -> Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_send_and_receive_account_for_every_event() {
     let redis = RedisServer::start();
-    let bot_port = free_port();
-    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("sim"), &format!("http://127.0.0.1:{bot_port}"));
-    cfg.app = "dedupe = { message = true }".into();
-    let gw = Gateway::start(&cfg).await;
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("manifest.txt");
-    let listen = format!("127.0.0.1:{bot_port}");
-    let receiver = sim(&["receive", "--json", "--idle", "2", "--listen", &listen, "--manifest"])
+    let receiver_log = dir.path().join("receive.log");
+    let receiver = sim(&["receive", "--json", "--idle", "2", "--listen", "127.0.0.1:0", "--manifest"])
         .arg(&manifest)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&receiver_log).unwrap())
         .spawn()
         .unwrap();
+    // It binds any free port and says which.
+    let mut bot_addr = String::new();
+    let said = eventually(std::time::Duration::from_secs(10), || {
+        let log = std::fs::read_to_string(&receiver_log).unwrap_or_default();
+        bot_addr = log.lines().find_map(|l| l.strip_prefix("sim receive: listening on ")).unwrap_or_default().into();
+        !bot_addr.is_empty()
+    })
+    .await;
+    assert!(said, "sim receive says where it listens");
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("sim"), &format!("http://{bot_addr}"));
+    cfg.app = "dedupe = { message = true }".into();
+    let gw = Gateway::start(&cfg).await;
     let url = format!("http://127.0.0.1:{}/slack/events", gw.port);
     let args = ["send", "--json", "--url", &url, "--rate", "200", "--duration", "2"];
     let extras = ["--dup-ratio", "0.3", "--pair-ratio", "0.2", "--edit-ratio", "0.1", "--manifest"];
@@ -49,8 +57,8 @@ async fn sim_send_and_receive_account_for_every_event() {
 
 #[test]
 fn sim_send_retries_on_slacks_schedule_when_nobody_acks() {
-    let port = free_port(); // nothing listens
-    let url = format!("http://127.0.0.1:{port}/slack/events");
+    let nobody = Reserved::new(); // bound, not listening: every connection is refused
+    let url = format!("http://127.0.0.1:{}/slack/events", nobody.port);
     let out = sim(&["send", "--json", "--url", &url, "--rate", "20", "--duration", "1", "--time-scale", "600"])
         .output()
         .unwrap();

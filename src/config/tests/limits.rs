@@ -71,6 +71,7 @@ fn urls_are_redacted_for_printing() {
     assert_eq!(redact_url("redis://:hunter2@r:6379/"), "redis://:***@r:6379/");
     assert_eq!(redact_url("rediss://u:hunter2@r:6380/0"), "rediss://u:***@r:6380/0");
     assert_eq!(redact_url("redis://r:6379/"), "redis://r:6379/");
+    assert_eq!(redact_url("redis+unix:///run/r.sock?db=1&pass=hunter2"), "redis+unix:///run/r.sock?db=1&pass=***");
     assert!(!redact_url("not a url:hunter2@x").contains("hunter2"));
 }
 

@@ -3,7 +3,8 @@
 // It makes no network call: a custom `authorize` answers for every workspace, so Bolt never
 // calls auth.test, and no listener uses the Web API or a response_url.
 //
-// Environment: SLACK_SIGNING_SECRET (required), PORT (default 3000), SLOW (seconds the
+// Environment: SLACK_SIGNING_SECRET (required), PORT (default 3000; 0 for any free port, printed
+// as `LISTENING <port>` on stdout), SLOW (seconds the
 // app_mention listener sleeps before it finishes, default 0).
 //
 // Every accepted request that reaches a listener prints one `HANDLED …` line to stdout. Requests
@@ -64,6 +65,9 @@ app.action('button', async ({ ack }) => {
 });
 
 (async () => {
-  await app.start({ port: PORT, host: '127.0.0.1' });
-  app.logger.info(`Bolt for JavaScript app listening on 127.0.0.1:${PORT}/slack/events`);
+  const server = await app.start({ port: PORT, host: '127.0.0.1' });
+  // PORT=0 takes any free port: say which, for whoever started us.
+  const port = server.address().port;
+  console.log(`LISTENING ${port}`);
+  app.logger.info(`Bolt for JavaScript app listening on 127.0.0.1:${port}/slack/events`);
 })();

@@ -3,7 +3,8 @@
 It makes no network call: a custom `authorize` answers for every workspace, so Bolt never
 calls auth.test, and no listener uses the Web API or a response_url.
 
-Environment: SLACK_SIGNING_SECRET (required), PORT (default 3000), SLOW (seconds the
+Environment: SLACK_SIGNING_SECRET (required), PORT (default 3000; 0 for any free port, printed
+as `LISTENING <port>` on stdout), SLOW (seconds the
 app_mention listener sleeps before it finishes, default 0).
 
 Every accepted request that reaches a listener prints one `HANDLED …` line to stdout. Requests
@@ -94,5 +95,7 @@ class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 if __name__ == "__main__":
     server = make_server("127.0.0.1", PORT, SlackRequestHandler(app), server_class=ThreadingWSGIServer)
-    logging.getLogger(__name__).info("Bolt for Python app listening on 127.0.0.1:%d/slack/events", PORT)
+    # PORT=0 takes any free port: say which, for whoever started us.
+    print(f"LISTENING {server.server_port}", flush=True)
+    logging.getLogger(__name__).info("Bolt for Python app listening on 127.0.0.1:%d/slack/events", server.server_port)
     server.serve_forever()

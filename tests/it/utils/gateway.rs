@@ -1,4 +1,5 @@
-//! The real `slackgate` binary, run with a generated `gateway.toml` on free ports.
+//! The real `slackgate` binary, run with a generated `gateway.toml` on port 0: the gateway binds
+//! free ports itself and its startup line says which (no port is picked here and released).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -87,14 +88,13 @@ impl Gateway {
 
     pub async fn start_with_env(cfg: &GatewayConfig, env: &[(&str, &str)]) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
-        let (port, admin_port) = (super::free_port(), super::free_port());
         let config_path = dir.path().join("gateway.toml");
-        std::fs::File::create(&config_path).unwrap().write_all(cfg.render(port, admin_port).as_bytes()).unwrap();
+        std::fs::File::create(&config_path).unwrap().write_all(cfg.render(0, 0).as_bytes()).unwrap();
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut gw = Gateway {
             child: None,
-            port,
-            admin_port,
+            port: 0,
+            admin_port: 0,
             config_path,
             log_path: dir.path().join("gateway.log"),
             env,
@@ -106,16 +106,32 @@ impl Gateway {
 
     async fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
+        let starts = self.log().matches("slackgate started").count();
         let child = self.command(&[]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(15);
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_err() {
+        loop {
+            if let Some((port, admin)) = started_on(&self.log(), starts) {
+                (self.port, self.admin_port) = (port, admin);
+                break;
+            }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
                 panic!("gateway exited with {status}:\n{}", self.log());
             }
+            assert!(Instant::now() < deadline, "gateway did not start:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        // The startup line is written just before Pingora binds: wait for the listener.
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_err() {
             assert!(Instant::now() < deadline, "gateway did not listen:\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// Write this gateway's config with the ports it has now, rather than port 0: what an
+    /// upgrade (which takes the sockets over by address) needs.
+    pub fn pin_ports(&self, cfg: &GatewayConfig) {
+        std::fs::write(&self.config_path, cfg.render(self.port, self.admin_port)).unwrap();
     }
 
     /// `slackgate run` for this gateway's config and data dir, plus `extra` arguments.
@@ -138,9 +154,10 @@ impl Gateway {
         c
     }
 
-    /// Write a new config for the same ports (then `slackgate reload` or SIGHUP).
+    /// Write a new config (then `slackgate reload` or SIGHUP); port 0 as at the start, which the
+    /// running gateway maps to the ports it bound.
     pub fn rewrite(&self, cfg: &GatewayConfig) {
-        std::fs::write(&self.config_path, cfg.render(self.port, self.admin_port)).unwrap();
+        std::fs::write(&self.config_path, cfg.render(0, 0)).unwrap();
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -182,7 +199,7 @@ impl Gateway {
         }
     }
 
-    /// Start the same config again on the same ports.
+    /// Start the same config again (on new free ports: read `port` afterwards).
     pub async fn restart(&mut self) {
         self.kill9();
         self.spawn().await;
@@ -197,4 +214,21 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// The Slack and admin ports from the `starts`-th (0-based) startup line of a gateway's log
+/// (`pretty` or `json`).
+pub fn started_on(log: &str, starts: usize) -> Option<(u16, u16)> {
+    let line = log.lines().filter(|l| l.contains("slackgate started")).nth(starts)?;
+    if let Ok(json) = serde_json::from_str::<serde_json::Value>(line) {
+        let port = |k: &str| json["fields"][k].as_str()?.rsplit(':').next()?.parse().ok();
+        return Some((port("listen")?, port("admin")?));
+    }
+    let port_after = |key: &str| -> Option<u16> {
+        let rest = &line[line.find(key)? + key.len()..];
+        let addr: String =
+            rest.trim_start_matches('"').chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
+        addr.rsplit(':').next()?.parse().ok()
+    };
+    Some((port_after("listen=")?, port_after("admin=")?))
 }

@@ -8,8 +8,8 @@ mod receiver;
 mod redis_server;
 mod tls;
 
-pub use gateway::{Gateway, GatewayConfig};
-pub use receiver::{Receiver, Reply};
+pub use gateway::{started_on, Gateway, GatewayConfig};
+pub use receiver::{Receiver, Reply, Reserved};
 pub use redis_server::RedisServer;
 pub use tls::TestCa;
 
@@ -22,11 +22,6 @@ pub const SECRET: &str = "test-signing-secret-0123456789";
 
 pub fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
-}
-
-/// A free loopback port (bound then released; good enough for tests).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A unique key prefix per test.
@@ -117,6 +112,34 @@ pub async fn exchange(port: u16, req: Req) -> Result<(u16, Option<String>, Bytes
     let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).map(String::from);
     let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
     Ok((status, content_type, body))
+}
+
+/// The sum of the samples of every series on the gateway's `/metrics` whose line starts with
+/// `series` (e.g. `slackgate_deliveries_total{app="bot",outcome="retried"}`).
+pub async fn metric(admin_port: u16, series: &str) -> f64 {
+    let mut req = Req::signed("/metrics", Vec::new(), SECRET);
+    req.method = "GET";
+    req.headers.clear();
+    let body = send(admin_port, req).await.1;
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Poll the gateway's metrics until `series` reaches `at_least` or `limit` passes.
+pub async fn metric_reaches(admin_port: u16, series: &str, at_least: f64, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if metric(admin_port, series).await >= at_least {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Poll `check` every 50 ms until it holds or `limit` passes.

@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::net::TcpSocket;
 
 #[derive(Clone, Debug)]
 pub struct Reply {
@@ -75,20 +75,16 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start(secret: &str) -> Receiver {
-        Self::start_on(0, secret).await
-    }
-
-    pub async fn start_on(port: u16, secret: &str) -> Receiver {
-        Self::start_with(port, secret, None).await
+        Self::start_with(Reserved::new().socket, secret, None).await
     }
 
     /// An https receiver on `localhost`, with a certificate from `ca`.
     pub async fn start_tls(ca: &super::TestCa) -> Receiver {
-        Self::start_with(0, "unused", Some(ca.acceptor.clone())).await
+        Self::start_with(Reserved::new().socket, "unused", Some(ca.acceptor.clone())).await
     }
 
-    async fn start_with(port: u16, secret: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Receiver {
-        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    async fn start_with(socket: TcpSocket, secret: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Receiver {
+        let listener = socket.listen(1024).unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State {
             secret: secret.into(),
@@ -155,6 +151,31 @@ impl Receiver {
     /// Stop listening and drop every open connection.
     pub fn stop(self) {
         self.task.abort();
+    }
+}
+
+/// A loopback port held for a bot that is down: bound, not listening, so connections to it are
+/// refused until [`Reserved::start`] makes the bot come up on it. No other test can take it.
+pub struct Reserved {
+    socket: TcpSocket,
+    pub port: u16,
+}
+
+impl Reserved {
+    pub fn new() -> Reserved {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        Reserved { socket, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The bot comes up on the reserved port.
+    pub async fn start(self, secret: &str) -> Receiver {
+        Receiver::start_with(self.socket, secret, None).await
     }
 }
 

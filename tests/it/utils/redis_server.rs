@@ -1,27 +1,28 @@
-//! A private `redis-server` per test, on a free TCP port, AOF on.
+//! A private `redis-server` per test, on a Unix socket in its own temporary directory (no TCP
+//! port to race for), AOF on.
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub struct RedisServer {
     child: Option<Child>,
-    pub port: u16,
     dir: tempfile::TempDir,
 }
 
 impl RedisServer {
     pub fn start() -> RedisServer {
         let dir = tempfile::tempdir().unwrap();
-        let mut me = RedisServer { child: None, port: super::free_port(), dir };
+        let mut me = RedisServer { child: None, dir };
         me.spawn();
         me
     }
 
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"])
-            .arg("--port")
-            .arg(self.port.to_string())
+            .args(["--port", "0", "--save", "", "--appendonly", "yes", "--unixsocketperm", "700"])
+            .arg("--unixsocket")
+            .arg(self.socket())
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -35,8 +36,12 @@ impl RedisServer {
         }
     }
 
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis+unix://{}", self.socket().display())
     }
 
     fn conn_checked(&self) -> Option<redis::Connection> {
@@ -58,7 +63,7 @@ impl RedisServer {
         }
     }
 
-    /// Start again on the same port and data directory.
+    /// Start again on the same socket and data directory.
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
