@@ -216,14 +216,8 @@ impl Store {
     /// Load the delivery a worker leased, checking in the same step that the lease is still
     /// its own: an attempt is never sent for an entry another worker holds.
     pub async fn load_leased(&self, keys: &ShardKeys, consumer: &str, lease: &Lease) -> Result<Loaded, StoreError> {
-        let reply: Value = self
-            .load
-            .key(&keys.stream)
+        let reply: Value = fenced(&self.load, keys, consumer, lease)
             .key(keys.delivery(&lease.delivery))
-            .arg(GROUP)
-            .arg(&lease.entry)
-            .arg(consumer)
-            .arg(lease.token)
             .invoke_async(&mut self.conn.clone())
             .await?;
         if let Value::Int(_) = reply {
@@ -236,15 +230,7 @@ impl Store {
 
     /// Keep holding an entry during a long attempt. `false`: the lease was lost.
     pub async fn extend(&self, keys: &ShardKeys, consumer: &str, lease: &Lease) -> Result<bool, StoreError> {
-        let ok: i64 = self
-            .extend
-            .key(&keys.stream)
-            .arg(GROUP)
-            .arg(&lease.entry)
-            .arg(consumer)
-            .arg(lease.token)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let ok: i64 = fenced(&self.extend, keys, consumer, lease).invoke_async(&mut self.conn.clone()).await?;
         Ok(ok == 1)
     }
 
@@ -257,17 +243,11 @@ impl Store {
         how: Finish<'_>,
     ) -> Result<bool, StoreError> {
         let (mode, at, status, error, final_) = how.parts();
-        let ok: i64 = self
-            .finish
-            .key(&keys.stream)
+        let ok: i64 = fenced(&self.finish, keys, consumer, lease)
             .key(keys.delivery(&lease.delivery))
             .key(&keys.sched)
             .key(&keys.dead)
             .key(&keys.wait)
-            .arg(GROUP)
-            .arg(&lease.entry)
-            .arg(consumer)
-            .arg(lease.token)
             .arg(mode)
             .arg(&lease.delivery)
             .arg(at)
@@ -292,6 +272,14 @@ impl Store {
         let _: String = redis::cmd("PING").query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
+}
+
+/// A fenced script's invocation: the shard's stream as the first key, and the lease's fence
+/// (group, entry, consumer, token) as the first arguments; the caller adds the rest.
+fn fenced<'a>(script: &'a Script, keys: &ShardKeys, consumer: &str, lease: &Lease) -> redis::ScriptInvocation<'a> {
+    let mut invocation = script.key(&keys.stream);
+    invocation.arg(GROUP).arg(&lease.entry).arg(consumer).arg(lease.token);
+    invocation
 }
 
 /// Read new entries for `consumer`, blocking up to `block` on a connection of its own
