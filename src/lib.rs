@@ -36,6 +36,7 @@ pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod drain;
+pub mod egress;
 pub mod embedded;
 pub mod ingress;
 pub mod live;

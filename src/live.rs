@@ -75,10 +75,13 @@ impl Live {
     /// Re-read the files; swap in the new apps if they are valid and nothing else changed.
     pub fn reload(&self) -> Result<usize, ReloadError> {
         let mut new = Config::from_file(&self.path, &self.overrides)?;
-        new.server.resolve_ports(&self.bound);
+        new.resolve_ports(&self.bound);
         let old = self.get().config.clone();
         if new.server != old.server {
             return Err(ReloadError::NeedsRestart("[server]"));
+        }
+        if new.egress != old.egress {
+            return Err(ReloadError::NeedsRestart("[egress]"));
         }
         let (r, o) = (&new.redis, &old.redis);
         if (&r.target, &r.key_prefix, r.shards) != (&o.target, &o.key_prefix, o.shards) {

@@ -48,6 +48,12 @@ pub struct Metrics {
     pub outbox_oldest_age_seconds: GaugeVec,
     /// Slack-facing connections open now.
     pub connections_open: IntGauge,
+    /// Web API calls through the egress, by class (read, write) and outcome.
+    pub egress_calls: IntCounterVec,
+    /// How long writes waited for their channel's pace.
+    pub egress_pacing_seconds: prometheus::Histogram,
+    /// Slack's latency as the egress saw it, by class.
+    pub egress_slack_seconds: HistogramVec,
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
     pub connections_closed: IntCounterVec,
 }
@@ -68,6 +74,8 @@ pub struct FixedLabels {
     pub reply_outcomes: Vec<&'static str>,
     pub eviction_reasons: Vec<&'static str>,
     pub close_reasons: Vec<&'static str>,
+    /// `(class, outcome)` of egress calls.
+    pub egress: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Metrics {
@@ -127,6 +135,22 @@ impl Metrics {
                 "Slack-facing connections closed by the gateway",
                 &[reason],
             ),
+            egress_calls: counter("egress_calls_total", "Web API calls through the egress", &["class", outcome]),
+            egress_pacing_seconds: prometheus::register_histogram_with_registry!(
+                "egress_pacing_seconds",
+                "Time writes waited for their channel's pace",
+                slow.clone(),
+                r
+            )
+            .expect("unique metric"),
+            egress_slack_seconds: register_histogram_vec_with_registry!(
+                "egress_slack_seconds",
+                "Slack's latency as the egress saw it",
+                &["class"],
+                slow.clone(),
+                r
+            )
+            .expect("unique metric"),
             registry: r,
         }
     }
@@ -143,14 +167,12 @@ impl Metrics {
 
     /// The histogram families (queried as `_bucket`, `_sum` and `_count`), with the prefix.
     pub fn histogram_names(&self) -> Vec<String> {
-        [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds]
-            .iter()
-            .flat_map(|h| h.desc())
-            .map(|d| format!("slackgate_{}", d.fq_name))
-            .collect()
+        let vecs = [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds, &self.egress_slack_seconds];
+        let descs = vecs.iter().flat_map(|h| h.desc()).chain(self.egress_pacing_seconds.desc());
+        descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 21] {
+    fn collectors(&self) -> [&dyn Collector; 24] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -173,6 +195,9 @@ impl Metrics {
             &self.outbox_oldest_age_seconds,
             &self.connections_open,
             &self.connections_closed,
+            &self.egress_calls,
+            &self.egress_pacing_seconds,
+            &self.egress_slack_seconds,
         ]
     }
 
@@ -219,6 +244,9 @@ impl Metrics {
         self.outbox_oldest_age_seconds.with_label_values(&[app]);
         for reason in &labels.close_reasons {
             self.connections_closed.with_label_values(&[reason]);
+        }
+        for (class, outcome) in &labels.egress {
+            self.egress_calls.with_label_values(&[class, outcome]);
         }
     }
 

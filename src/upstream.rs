@@ -50,6 +50,13 @@ pub enum SendError {
 }
 
 impl SendError {
+    /// Whether the request may have reached the server: no answer came, but the connection was
+    /// made (a timeout, or a drop after the request was written). Such a call must not simply
+    /// be sent again when it is not idempotent.
+    pub fn maybe_sent(&self) -> bool {
+        matches!(self, SendError::Timeout | SendError::Io(_) | SendError::TooLarge)
+    }
+
     /// A small fixed label for metrics and state-change logs.
     pub fn as_label(&self) -> &'static str {
         match self {
@@ -171,6 +178,11 @@ impl UpstreamClient {
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(json))
             .map_err(|e| SendError::Request(e.to_string()))?;
+        self.exchange(request, timeout).await
+    }
+
+    /// One request, its answer read whole (up to 1 MiB), all within `timeout`.
+    pub async fn call(&self, request: http::Request<Full<Bytes>>, timeout: Duration) -> Result<Response, SendError> {
         self.exchange(request, timeout).await
     }
 

@@ -178,6 +178,7 @@ proptest! {
             channel,
             ts,
             edit_ts,
+            thread_ts: None,
             subtype,
             user,
             bot_id,

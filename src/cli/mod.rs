@@ -65,6 +65,9 @@ pub(crate) struct RunOpts {
     /// Admin address, or "off" (beats [server] admin_listen).
     #[arg(long, env = "SLACKGATE_ADMIN_LISTEN")]
     pub(crate) admin_listen: Option<String>,
+    /// Web API egress address, or "off" (beats [egress] listen).
+    #[arg(long, env = "SLACKGATE_EGRESS_LISTEN")]
+    pub(crate) egress_listen: Option<String>,
     /// Redis URL or "embedded" (beats [redis] url).
     #[arg(long, env = "SLACKGATE_REDIS_URL")]
     pub(crate) redis_url: Option<String>,

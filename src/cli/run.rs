@@ -14,6 +14,7 @@ use super::{signals, RunOpts};
 use crate::admin::Admin;
 use crate::config::{redact_url, BoundPorts, Config, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
+use crate::egress::Egress;
 use crate::embedded::EmbeddedRedis;
 use crate::ingress::{Guarded, Ingress};
 use crate::live::Live;
@@ -29,6 +30,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
         listen: opts.listen.clone(),
         admin_listen: opts.admin_listen.clone(),
         redis_url: opts.redis_url.clone(),
+        egress_listen: opts.egress_listen.clone(),
         secrets_optional: false,
     };
     let mut config = Config::from_file(&opts.config.config, &overrides)?;
@@ -102,6 +104,12 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
         admin.add_tcp(addr);
         server.add_service(admin);
     }
+    if let Some(addr) = &config.egress.listen {
+        let egress = Egress::new(Arc::new(config.clone()), shared.clone(), redis_url.to_string());
+        let mut service = Service::new("egress".into(), egress);
+        service.add_tcp(addr);
+        server.add_service(service);
+    }
     let on_reload = {
         let shared = shared.clone();
         move |config: &Config| init_series(&shared, config)
@@ -135,6 +143,10 @@ fn fixed_labels() -> FixedLabels {
         reply_outcomes: ReplyOutcome::ALL.map(ReplyOutcome::as_label).to_vec(),
         eviction_reasons: Eviction::ALL.map(Eviction::as_label).to_vec(),
         close_reasons: Closed::ALL.map(Closed::as_label).to_vec(),
+        egress: ["read", "write"]
+            .iter()
+            .flat_map(|c| crate::egress::Outcome::ALL.map(|o| (*c, o.as_label())))
+            .collect(),
     }
 }
 
@@ -150,12 +162,12 @@ fn preflight(config: &mut Config) -> anyhow::Result<BoundPorts> {
     };
     // Both held until both are bound, so two port-0 addresses get two ports.
     let (_slack, listen) = bind("server.listen", &config.server.listen)?;
-    let admin = match &config.server.admin_listen {
-        Some(addr) => Some(bind("server.admin_listen", addr)?),
-        None => None,
-    };
-    let bound = BoundPorts { listen, admin_listen: admin.and_then(|(_, b)| b) };
-    config.server.resolve_ports(&bound);
+    let optional = |key: &str, addr: &Option<String>| addr.as_deref().map(|a| bind(key, a)).transpose();
+    let admin = optional("server.admin_listen", &config.server.admin_listen)?;
+    let egress = optional("egress.listen", &config.egress.listen)?;
+    let bound =
+        BoundPorts { listen, admin_listen: admin.and_then(|(_, b)| b), egress_listen: egress.and_then(|(_, b)| b) };
+    config.resolve_ports(&bound);
     Ok(bound)
 }
 
@@ -186,6 +198,7 @@ fn announce(config: &Config, path: &Path, embedded: Option<&EmbeddedRedis>) {
         config = %path.display(),
         listen = %s.listen,
         admin = s.admin_listen.as_deref().unwrap_or("off"),
+        egress = config.egress.listen.as_deref().unwrap_or("off"),
         redis = %redis,
         apps = %apps.join("; "),
         "slackgate started: point Slack at http(s)://<this host><path> for each app"

@@ -11,6 +11,8 @@ pub struct FileConfig {
     pub server: ServerSection,
     #[serde(default)]
     pub redis: RedisSection,
+    #[serde(default)]
+    pub egress: EgressSection,
     #[serde(default, rename = "app")]
     pub apps: Vec<AppSection>,
     /// Files of one app each (`apps.d/*.toml`), relative to this file.
@@ -44,6 +46,23 @@ pub struct RedisSection {
     pub url: Option<String>,
     pub key_prefix: Option<String>,
     pub shards: Option<u16>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressSection {
+    pub listen: Option<String>,
+    pub slack_api_url: Option<String>,
+    pub write_methods: Option<Vec<String>>,
+    pub retry_window: Option<String>,
+    pub attribution_window: Option<String>,
+    pub on_edited: Option<String>,
+    pub rerun: Option<String>,
+    pub pace_per_second: Option<f64>,
+    pub pace_burst: Option<u32>,
+    pub max_wait: Option<String>,
+    pub timeout: Option<String>,
+    pub evidence_window: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

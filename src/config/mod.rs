@@ -6,6 +6,7 @@
 
 mod app;
 mod duration;
+mod egress;
 mod file;
 mod include;
 mod server;
@@ -13,6 +14,7 @@ mod values;
 
 pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
+pub use egress::{EgressConfig, DEFAULT_WRITE_METHODS};
 pub use server::SLACK_HOOKS_HOST;
 pub use values::{interpolate, redact_url, Upstream};
 
@@ -38,6 +40,7 @@ pub struct Overrides {
     pub listen: Option<String>,
     pub admin_listen: Option<String>,
     pub redis_url: Option<String>,
+    pub egress_listen: Option<String>,
     /// For operator commands that never verify or sign (`stats`, `dlq`): a secret whose
     /// environment variable is unset is left empty instead of refusing the file.
     pub secrets_optional: bool,
@@ -48,6 +51,7 @@ pub struct Config {
     pub source: PathBuf,
     pub server: ServerConfig,
     pub redis: RedisConfig,
+    pub egress: EgressConfig,
     pub apps: Vec<Arc<AppConfig>>,
 }
 
@@ -83,20 +87,25 @@ pub struct ServerConfig {
 pub struct BoundPorts {
     pub listen: Option<(String, String)>,
     pub admin_listen: Option<(String, String)>,
+    pub egress_listen: Option<(String, String)>,
 }
 
-impl ServerConfig {
+impl Config {
     /// Replace each listening address written with port 0 by the one actually bound for it.
     pub fn resolve_ports(&mut self, bound: &BoundPorts) {
-        if let Some((from, to)) = &bound.listen {
-            if self.listen == *from {
-                self.listen.clone_from(to);
+        fn resolve(addr: &mut String, bound: &Option<(String, String)>) {
+            if let Some((from, to)) = bound {
+                if addr == from {
+                    addr.clone_from(to);
+                }
             }
         }
-        if let Some((from, to)) = &bound.admin_listen {
-            if self.admin_listen.as_ref() == Some(from) {
-                self.admin_listen = Some(to.clone());
-            }
+        resolve(&mut self.server.listen, &bound.listen);
+        if let Some(a) = self.server.admin_listen.as_mut() {
+            resolve(a, &bound.admin_listen);
+        }
+        if let Some(a) = self.egress.listen.as_mut() {
+            resolve(a, &bound.egress_listen);
         }
     }
 }
@@ -206,7 +215,8 @@ impl Config {
         if apps.is_empty() {
             return Err(v.err("app", "at least one [[app]] section (or an included app file) is required"));
         }
-        let config = Config { source: path.to_path_buf(), server, redis, apps };
+        let egress = v.egress(&raw, ov.egress_listen.as_deref())?;
+        let config = Config { source: path.to_path_buf(), server, redis, egress, apps };
         config.check_routes()?;
         Ok(config)
     }

@@ -2,7 +2,7 @@
 //! entries, addresses and paths.
 
 /// Where the bot listens: `http(s)://host[:port][/path]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
     pub url: String,
     pub tls: bool,

@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use crate::config::{AppConfig, Config};
+use crate::egress::Attribution;
 use crate::live::Live;
 use crate::outbox::{self, ShardKeys, Store, StoreOp};
 use crate::shared::Shared;
@@ -31,6 +32,7 @@ pub struct DeliveryService {
     shared: Arc<Shared>,
     redis_url: String,
     consumer: String,
+    attribution: Option<Attribution>,
 }
 
 /// What every task of one app shard shares.
@@ -47,6 +49,8 @@ struct Shard {
     shards: u16,
     /// Where a late reply may go (`[server] response_url_hosts`).
     response_url_hosts: Arc<[String]>,
+    /// With the egress on: which message each attempt carries, for attributing replies.
+    attribution: Option<Attribution>,
 }
 
 impl Shard {
@@ -60,7 +64,13 @@ impl DeliveryService {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis_url: String) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let consumer = format!("{}-{}-{:08x}", host.trim(), std::process::id(), rand::random::<u32>());
-        DeliveryService { live, shared, redis_url, consumer }
+        let config = live.get().config.clone();
+        let attribution = config
+            .egress
+            .listen
+            .as_ref()
+            .map(|_| Attribution::new(&redis_url, &config.redis.key_prefix, config.egress.attribution_window));
+        DeliveryService { live, shared, redis_url, consumer, attribution }
     }
 
     /// Readers, housekeepers and gauges for every app shard of one config generation.
@@ -88,6 +98,7 @@ impl DeliveryService {
                     consumer: self.consumer.clone(),
                     shards: config.redis.shards,
                     response_url_hosts: response_url_hosts.clone(),
+                    attribution: self.attribution.clone(),
                 });
                 tasks.spawn(reader::read_loop(s.clone(), self.redis_url.clone(), stop.clone()));
                 tasks.spawn(housekeeping::maintain_loop(s, stop.clone()));

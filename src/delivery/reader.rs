@@ -136,6 +136,9 @@ async fn run_attempt(s: &Shard, lease: Lease) {
         return expire(s, &lease, &stored).await;
     }
     let number = stored.retries + lease.token;
+    if let Some(att) = &s.attribution {
+        note_message(att, &stored, &lease.delivery, number, &s.app.name).await;
+    }
     let d = attempt::Delivery {
         id: &lease.delivery,
         number,
@@ -148,6 +151,19 @@ async fn run_attempt(s: &Shard, lease: Lease) {
         _ = keep_lease(s, &lease) => return,
     };
     finish(s, &lease, &stored, number, attempted).await;
+}
+
+/// Tell the egress which message this attempt carries (events of a message only).
+async fn note_message(att: &crate::egress::Attribution, stored: &Stored, delivery: &str, run: u64, app: &str) {
+    if stored.kind != Kind::Event {
+        return;
+    }
+    if let Ok(crate::slack::Request::Delivery(d)) = crate::slack::classify(stored.content_type.as_bytes(), &stored.body)
+    {
+        if let Some(m) = d.message.filter(|m| m.subtype.is_none() || m.subtype.as_deref() == Some("thread_broadcast")) {
+            att.delivering(&m, delivery, run, app).await;
+        }
+    }
 }
 
 /// The delivery behind a lease, when the lease is still this worker's.

@@ -49,6 +49,8 @@ pub struct Ingress {
     /// Created on first use, on this service's runtime (see `outbox::connect_lazy`).
     store: OnceLock<Store>,
     response_url_hosts: Arc<[String]>,
+    /// With the egress on: deletions and edits, for withholding stale replies.
+    attribution: Option<crate::egress::Attribution>,
 }
 
 /// Per-request state, from Pingora's `new_ctx` to its `logging`.
@@ -78,7 +80,11 @@ struct Audit {
 impl Ingress {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis_url: String) -> Self {
         let config = live.get().config.clone();
+        let attribution = config.egress.listen.as_ref().map(|_| {
+            crate::egress::Attribution::new(&redis_url, &config.redis.key_prefix, config.egress.attribution_window)
+        });
         Ingress {
+            attribution,
             response_url_hosts: config.server.response_url_hosts.clone().into(),
             config,
             live,

@@ -116,6 +116,7 @@ impl Ingress {
     async fn record(&self, app: &Arc<AppConfig>, v: Verified, audit: &mut Audit) -> Answer {
         let d = &v.delivery;
         let kind = RequestKind::from(d.kind);
+        self.note_change(d);
         audit.detail.clone_from(&d.detail);
         audit.receipt = d.receipt.clone().unwrap_or_default();
         let received_ms = now_ms();
@@ -149,6 +150,17 @@ impl Ingress {
             Err(refusal) => return refusal,
         };
         self.recorded(app, recorded, Placed { plan, keys, received_ms }, v, audit).await
+    }
+
+    /// A deletion or an edit, for the egress: in the background (the ack does not wait), and
+    /// whatever the filters say (a filtered `message_deleted` still makes replies stale).
+    fn note_change(&self, d: &slack::Delivery) {
+        let (Some(att), Some(m)) = (&self.attribution, &d.message) else { return };
+        if !matches!(m.subtype.as_deref(), Some("message_deleted" | "message_changed")) {
+            return;
+        }
+        let (att, m) = (att.clone(), m.clone());
+        tokio::spawn(async move { att.changed(&m).await });
     }
 
     /// The record itself, within the ack budget; a 503 (Slack retries) when it cannot be made.

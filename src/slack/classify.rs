@@ -86,6 +86,8 @@ pub struct Message {
     pub ts: String,
     /// `message_changed` only: the edit's own timestamp.
     pub edit_ts: Option<String>,
+    /// The thread the message is in (its root's `ts`), when it is a reply.
+    pub thread_ts: Option<String>,
     pub subtype: Option<String>,
     /// The author (for an edit, the edited message's author).
     pub user: Option<String>,
@@ -273,6 +275,7 @@ fn message_of(env: &Object, event: &Object, bot_users: &[String]) -> Option<Mess
         }
         _ => {
             m.ts = text(event, "ts")?.to_string();
+            m.thread_ts = text(event, "thread_ts").map(String::from);
             m.user = text(event, "user").map(String::from);
             m.bot_id = text(event, "bot_id").map(String::from);
             m.mentions_bot = mentions(event);

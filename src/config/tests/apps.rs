@@ -132,6 +132,7 @@ fn overrides_beat_the_file() {
         listen: Some("127.0.0.1:4000".into()),
         admin_listen: Some("127.0.0.1:4001".into()),
         redis_url: Some("redis://10.0.0.1:6379/".into()),
+        egress_listen: None,
         secrets_optional: false,
     };
     let c = load_with(&text, &ov).unwrap();

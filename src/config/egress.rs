@@ -1,0 +1,124 @@
+//! `[egress]`: the listener the bots' Web API clients point at, and what it does to writes.
+
+use std::time::Duration;
+
+use super::file::FileConfig;
+use super::values::{check_addr, parse_upstream};
+use super::{ConfigError, Upstream, Validator};
+
+/// The Web API methods that write: deduplicated, attributed, paced. Everything else is read
+/// (or a write we do not know) and passes straight through with no Redis on its path.
+pub const DEFAULT_WRITE_METHODS: &[&str] = &[
+    "chat.postMessage",
+    "chat.postEphemeral",
+    "chat.update",
+    "chat.delete",
+    "chat.scheduleMessage",
+    "chat.meMessage",
+    "reactions.add",
+    "reactions.remove",
+    "views.open",
+    "views.push",
+    "views.update",
+    "views.publish",
+    "files.completeUploadExternal",
+    "pins.add",
+    "pins.remove",
+];
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EgressConfig {
+    /// Where the bots' Web API clients send their calls; `None`: no egress.
+    pub listen: Option<String>,
+    /// Slack's Web API, `https://slack.com/api/` (tests point it at a local fake).
+    pub slack_api_url: Upstream,
+    pub write_methods: Vec<String>,
+    /// A write without `Idempotency-Key` repeats an earlier identical one, whose answer never
+    /// reached its client, within this.
+    pub retry_window: Duration,
+    /// A write is attributed to a delivered message of its thread within this.
+    pub attribution_window: Duration,
+    /// Withhold a write whose source message was edited since delivery.
+    pub withhold_edited: bool,
+    /// Replay the k-th write of a redelivered run instead of posting again.
+    pub rerun_replay: bool,
+    /// chat.postMessage pacing per channel, shared by every replica.
+    pub pace_per_second: f64,
+    pub pace_burst: u32,
+    /// How long a write may be held (pacing, Slack's 429) before the 429 goes to the bot.
+    pub max_wait: Duration,
+    /// One call to Slack.
+    pub timeout: Duration,
+    /// How long an uncertain post is looked for before it is posted.
+    pub evidence_window: Duration,
+}
+
+impl EgressConfig {
+    pub fn is_write(&self, method: &str) -> bool {
+        self.write_methods.iter().any(|m| m == method)
+    }
+}
+
+impl Validator<'_> {
+    pub(super) fn egress(&self, raw: &FileConfig, listen_override: Option<&str>) -> Result<EgressConfig, ConfigError> {
+        let e = &raw.egress;
+        let key = |k: &str| format!("egress.{k}");
+        let listen = match listen_override.map(String::from).or_else(|| e.listen.clone()) {
+            None => None,
+            Some(l) if l == "off" => None,
+            Some(l) => {
+                check_addr(&l).map_err(|m| self.err(&key("listen"), m))?;
+                Some(l)
+            }
+        };
+        let api = e.slack_api_url.clone().unwrap_or_else(|| "https://slack.com/api/".into());
+        let mut slack_api_url = parse_upstream(&api).map_err(|m| self.err(&key("slack_api_url"), m))?;
+        let path = slack_api_url.path.get_or_insert_with(|| "/".into());
+        if !path.ends_with('/') {
+            path.push('/');
+        }
+        let write_methods = match &e.write_methods {
+            None => DEFAULT_WRITE_METHODS.iter().map(|m| m.to_string()).collect(),
+            Some(list) => list.clone(),
+        };
+        let rerun_replay = match e.rerun.as_deref() {
+            None | Some("off") => false,
+            Some("replay") => true,
+            Some(other) => return Err(self.err(&key("rerun"), format!("`{other}`: use \"off\" or \"replay\""))),
+        };
+        let withhold_edited = match e.on_edited.as_deref() {
+            None | Some("post") => false,
+            Some("withhold") => true,
+            Some(other) => return Err(self.err(&key("on_edited"), format!("`{other}`: use \"post\" or \"withhold\""))),
+        };
+        let pace_per_second = e.pace_per_second.unwrap_or(1.0);
+        if !(0.01..=1000.0).contains(&pace_per_second) {
+            return Err(self.err(&key("pace_per_second"), "must be between 0.01 and 1000"));
+        }
+        let pace_burst = e.pace_burst.unwrap_or(3);
+        if !(1..=1000).contains(&pace_burst) {
+            return Err(self.err(&key("pace_burst"), "must be between 1 and 1000"));
+        }
+        let positive = |k: &str, v: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
+            let d = self.duration(&key(k), v, default)?;
+            if d.is_zero() {
+                return Err(self.err(&key(k), "must be above 0"));
+            }
+            Ok(d)
+        };
+        Ok(EgressConfig {
+            listen,
+            slack_api_url,
+            write_methods,
+            retry_window: positive("retry_window", &e.retry_window, Duration::from_secs(35 * 60))?,
+            attribution_window: positive("attribution_window", &e.attribution_window, Duration::from_secs(15 * 60))?,
+            withhold_edited,
+            rerun_replay,
+            pace_per_second,
+            pace_burst,
+            max_wait: positive("max_wait", &e.max_wait, Duration::from_secs(10))?,
+            timeout: positive("timeout", &e.timeout, Duration::from_secs(10))?,
+            evidence_window: positive("evidence_window", &e.evidence_window, Duration::from_secs(3))?,
+        })
+    }
+}

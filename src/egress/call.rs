@@ -1,0 +1,144 @@
+//! One Web API call as the bot sent it: the method from the path, the token (bearer header, or
+//! a `token` field as some clients send it), and the few fields the egress reads from a write —
+//! channel, thread, message ts, text — out of a form or JSON body, which is forwarded untouched.
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::secret::Secret;
+
+/// A call, read whole.
+pub struct Call {
+    pub method: String,
+    /// `/api/<method>` plus the query, as it goes to Slack.
+    pub path_and_query: String,
+    pub content_type: Option<String>,
+    pub authorization: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub body: Bytes,
+    /// The token, from the bearer header or the body; never logged or stored.
+    pub token: Option<Secret>,
+    pub fields: Fields,
+}
+
+/// What a write says about where it goes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Fields {
+    pub channel: Option<String>,
+    pub thread_ts: Option<String>,
+    /// The message a `chat.update` or `chat.delete` acts on.
+    pub ts: Option<String>,
+    pub text: Option<String>,
+}
+
+impl Fields {
+    /// The thread a write belongs to: `thread_ts`, or for an update or delete the message it
+    /// acts on.
+    pub fn thread(&self) -> Option<&str> {
+        self.thread_ts.as_deref().or(self.ts.as_deref())
+    }
+}
+
+/// The method named by `/api/<method>`; `None` for any other path.
+pub fn method_of(path: &str) -> Option<&str> {
+    let m = path.strip_prefix("/api/")?;
+    (!m.is_empty() && m.len() <= 64 && m.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_'))
+        .then_some(m)
+}
+
+/// The fields of a body, form or JSON by its content type (JSON when it starts with `{`).
+pub fn fields(content_type: Option<&str>, body: &[u8]) -> (Fields, Option<String>) {
+    let json = content_type.is_some_and(|c| c.to_ascii_lowercase().starts_with("application/json"))
+        || body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let mut f = Fields::default();
+    let mut token = None;
+    if json {
+        let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else { return (f, None) };
+        let text = |k: &str| match o.get(k) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        f = Fields { channel: text("channel"), thread_ts: text("thread_ts"), ts: text("ts"), text: text("text") };
+        token = text("token");
+    } else {
+        for (k, v) in form_urlencoded::parse(body) {
+            let v = Some(v.into_owned());
+            match &*k {
+                "channel" => f.channel = v,
+                "thread_ts" => f.thread_ts = v,
+                "ts" => f.ts = v,
+                "text" => f.text = v,
+                "token" => token = v,
+                _ => {}
+            }
+        }
+    }
+    (f, token)
+}
+
+/// The token of a call: `Authorization: Bearer …`, else a `token` field of the body.
+pub fn token(authorization: Option<&str>, body_token: Option<String>) -> Option<Secret> {
+    let bearer = authorization.and_then(|a| a.strip_prefix("Bearer ").map(str::trim)).filter(|t| !t.is_empty());
+    bearer.map(Secret::new).or_else(|| body_token.filter(|t| !t.is_empty()).map(|t| Secret::new(&t)))
+}
+
+/// A keyed hash of a token (HMAC-SHA256 with the deployment's key, 16 bytes hex): what scopes
+/// keys in Redis, so the token itself is never stored.
+pub fn token_hash(key: &[u8], token: &Secret) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(token.expose());
+    hex::encode(&mac.finalize().into_bytes()[..16])
+}
+
+/// SHA-256 hex of some bytes (bodies, keys, texts): what identifies them in Redis.
+pub fn digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_come_from_the_path() {
+        assert_eq!(method_of("/api/chat.postMessage"), Some("chat.postMessage"));
+        assert_eq!(method_of("/api/"), None);
+        assert_eq!(method_of("/slack/events"), None);
+        assert_eq!(method_of("/api/chat.postMessage/../x"), None);
+    }
+
+    #[test]
+    fn fields_from_forms_and_json() {
+        let (f, t) =
+            fields(Some("application/x-www-form-urlencoded"), b"channel=C1&thread_ts=1.5&text=hi+there&token=xoxb-1");
+        assert_eq!(
+            f,
+            Fields {
+                channel: Some("C1".into()),
+                thread_ts: Some("1.5".into()),
+                ts: None,
+                text: Some("hi there".into())
+            }
+        );
+        assert_eq!(t.as_deref(), Some("xoxb-1"));
+        let (f, t) = fields(Some("application/json; charset=utf-8"), br#"{"channel":"C2","ts":"2.5","text":"x"}"#);
+        assert_eq!((f.channel.as_deref(), f.thread(), t), (Some("C2"), Some("2.5"), None));
+        let (f, _) = fields(None, b"not json {");
+        assert_eq!(f, Fields::default());
+    }
+
+    #[test]
+    fn tokens_and_their_hashes() {
+        let t = token(Some("Bearer xoxb-abc"), None).unwrap();
+        assert_eq!(t.expose(), b"xoxb-abc");
+        assert_eq!(token(None, Some("xoxb-body".into())).unwrap().expose(), b"xoxb-body");
+        assert!(token(Some("Basic x"), None).is_none());
+        let (a, b) = (token_hash(b"k1", &t), token_hash(b"k2", &t));
+        assert_ne!(a, b, "keyed");
+        assert_eq!(a.len(), 32);
+        assert!(!a.contains("xoxb"));
+    }
+}

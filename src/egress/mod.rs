@@ -1,0 +1,324 @@
+//! The egress for the Slack Web API: the bots' Web API clients point at it (a base-URL setting),
+//! and it forwards to Slack. Reads pass straight through with no Redis on their path; writes
+//! happen once, are paced, and are withheld when their source is gone (see `write`).
+//!
+//! - `call`: one call as the bot sent it, and the fields of a write.
+//! - `write`: the write path — idempotency, retries, attribution, re-runs, pacing, reconciling.
+//! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`, history).
+//! - `store`, `scripts`: the records in Redis.
+
+mod call;
+mod scripts;
+mod slack_api;
+mod store;
+mod uncertain;
+mod write;
+
+pub use store::{EgressStore, Place};
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use pingora::http::ResponseHeader;
+use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use tracing::{debug, info};
+
+use crate::config::{Config, EgressConfig};
+use crate::outbox;
+use crate::shared::Shared;
+use call::Call;
+use slack_api::SlackApi;
+use store::Cached;
+
+/// Bodies of Web API calls are read up to this size.
+const MAX_CALL_BODY: usize = 8 << 20;
+
+/// How a call through the egress ended, as the `egress_calls_total` outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Sent to Slack; its answer returned.
+    Forwarded,
+    /// The answer of an earlier call with the same `Idempotency-Key`, not sent again.
+    ReplayedKey,
+    /// The answer of an identical earlier call whose answer never reached its client.
+    ReplayedRetry,
+    /// The answer of the same write of an earlier run of the same delivery.
+    ReplayedRerun,
+    /// Another call with the same `Idempotency-Key` is in flight: 409.
+    Conflict,
+    WithheldDeleted,
+    WithheldEdited,
+    /// A post whose answer was lost, found in the channel.
+    Reconciled,
+    /// Could not tell whether Slack took it: the bot gets an error its client retries.
+    Unknown,
+    /// Held past `max_wait` by pacing or Slack's 429: the 429 goes back to the bot.
+    RateLimited,
+    /// No answer from Slack (not sent, or a read that failed).
+    Failed,
+    /// A keyed call while Redis is down: 503, fail closed.
+    StoreUnavailable,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 12] = [
+        Outcome::Forwarded,
+        Outcome::ReplayedKey,
+        Outcome::ReplayedRetry,
+        Outcome::ReplayedRerun,
+        Outcome::Conflict,
+        Outcome::WithheldDeleted,
+        Outcome::WithheldEdited,
+        Outcome::Reconciled,
+        Outcome::Unknown,
+        Outcome::RateLimited,
+        Outcome::Failed,
+        Outcome::StoreUnavailable,
+    ];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            Outcome::Forwarded => "forwarded",
+            Outcome::ReplayedKey => "replayed_key",
+            Outcome::ReplayedRetry => "replayed_retry",
+            Outcome::ReplayedRerun => "replayed_rerun",
+            Outcome::Conflict => "conflict",
+            Outcome::WithheldDeleted => "withheld_deleted",
+            Outcome::WithheldEdited => "withheld_edited",
+            Outcome::Reconciled => "reconciled",
+            Outcome::Unknown => "unknown",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::Failed => "failed",
+            Outcome::StoreUnavailable => "store_unavailable",
+        }
+    }
+}
+
+/// What the egress answers the bot.
+pub(crate) struct Reply {
+    pub answer: Cached,
+    pub outcome: Outcome,
+    /// Extra response headers (`Idempotent-Replayed`).
+    pub headers: Vec<(&'static str, &'static str)>,
+}
+
+impl Reply {
+    fn new(answer: Cached, outcome: Outcome) -> Self {
+        Reply { answer, outcome, headers: Vec::new() }
+    }
+
+    /// A JSON answer of the egress's own, shaped like Slack's.
+    fn own(status: u16, json: serde_json::Value, outcome: Outcome, retry_after: Option<u64>) -> Self {
+        let answer = Cached {
+            status,
+            content_type: "application/json; charset=utf-8".into(),
+            body: Bytes::from(json.to_string()),
+            retry_after,
+        };
+        Reply::new(answer, outcome)
+    }
+
+    fn error(status: u16, error: &str, outcome: Outcome) -> Self {
+        Reply::own(status, serde_json::json!({ "ok": false, "error": error }), outcome, None)
+    }
+}
+
+pub struct Egress {
+    config: Arc<Config>,
+    shared: Arc<Shared>,
+    redis_url: String,
+    /// Created on first use, on this service's runtime.
+    store: OnceLock<EgressStore>,
+    slack: SlackApi,
+}
+
+impl Egress {
+    pub fn new(config: Arc<Config>, shared: Arc<Shared>, redis_url: String) -> Self {
+        let slack = SlackApi::new(config.egress.slack_api_url.clone());
+        Egress { config, shared, redis_url, store: OnceLock::new(), slack }
+    }
+
+    fn cfg(&self) -> &EgressConfig {
+        &self.config.egress
+    }
+
+    fn store(&self) -> Option<&EgressStore> {
+        if let Some(s) = self.store.get() {
+            return Some(s);
+        }
+        let conn = outbox::connect_lazy(&self.redis_url, Duration::from_secs(2)).ok()?;
+        Some(self.store.get_or_init(|| EgressStore::new(conn, &self.config.redis.key_prefix)))
+    }
+
+    fn count(&self, class: &str, outcome: Outcome) {
+        self.shared.metrics.egress_calls.with_label_values(&[class, outcome.as_label()]).inc();
+    }
+
+    /// A read (or an unknown method): straight to Slack and back, with no Redis on its path.
+    async fn read(&self, call: &Call) -> Reply {
+        let started = std::time::Instant::now();
+        let result = self.slack.forward(call, self.cfg().timeout).await;
+        self.shared.metrics.egress_slack_seconds.with_label_values(&["read"]).observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(r) => Reply::new(cached(r), Outcome::Forwarded),
+            Err(e) => {
+                debug!(method = %call.method, error = %e, "Slack did not answer a read");
+                Reply::error(502, "slackgate_upstream_error", Outcome::Failed)
+            }
+        }
+    }
+}
+
+/// Slack's answer as the egress keeps it.
+fn cached(r: crate::upstream::Response) -> Cached {
+    Cached {
+        status: r.status,
+        content_type: r.content_type.unwrap_or_else(|| "application/json".into()),
+        body: r.body,
+        retry_after: r.retry_after.map(|d| d.as_secs()),
+    }
+}
+
+/// Write a reply; `false` when it did not reach the client.
+async fn respond(session: &mut ServerSession, reply: &Reply) -> bool {
+    let a = &reply.answer;
+    let Ok(mut head) = ResponseHeader::build(a.status, Some(4)) else { return false };
+    let mut headers = vec![("Content-Type", a.content_type.clone()), ("Content-Length", a.body.len().to_string())];
+    if let Some(s) = a.retry_after {
+        headers.push(("Retry-After", s.to_string()));
+    }
+    headers.extend(reply.headers.iter().map(|(k, v)| (*k, v.to_string())));
+    for (k, v) in headers {
+        if head.insert_header(k, v).is_err() {
+            return false;
+        }
+    }
+    session.write_response_header(Box::new(head)).await.is_ok()
+        && session.write_response_body(a.body.clone(), true).await.is_ok()
+        && session.finish_body().await.is_ok()
+}
+
+/// Read one call whole; `Err` with the reply for a bad request.
+async fn read_call(session: &mut ServerSession) -> Result<Call, Reply> {
+    let head = session.req_header();
+    let path = head.uri.path();
+    let Some(method) = call::method_of(path) else { return Err(Reply::error(404, "unknown_method", Outcome::Failed)) };
+    let method = method.to_string();
+    let path_and_query = head.uri.path_and_query().map_or(path, |p| p.as_str()).to_string();
+    let header = |name: &str| head.headers.get(name).and_then(|v| v.to_str().ok()).map(String::from);
+    let (content_type, authorization) = (header("content-type"), header("authorization"));
+    let idempotency_key = header("idempotency-key").filter(|k| !k.is_empty());
+    let mut body = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_CALL_BODY => body.extend_from_slice(&chunk),
+            Ok(Some(_)) => return Err(Reply::error(413, "request_too_large", Outcome::Failed)),
+            Ok(None) => break,
+            Err(_) => return Err(Reply::error(400, "bad_request", Outcome::Failed)),
+        }
+    }
+    let (fields, body_token) = call::fields(content_type.as_deref(), &body);
+    let token = call::token(authorization.as_deref(), body_token);
+    Ok(Call { method, path_and_query, content_type, authorization, idempotency_key, body: body.into(), token, fields })
+}
+
+#[async_trait]
+impl HttpServerApp for Egress {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut session: ServerSession,
+        _shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        if !session.read_request().await.ok()? {
+            return None;
+        }
+        let _in_flight = self.shared.drain.enter(crate::drain::Work::Request);
+        let delivered = match read_call(&mut session).await {
+            Err(reply) => respond(&mut session, &reply).await,
+            Ok(call) if self.cfg().is_write(&call.method) => self.write(call, &mut session).await,
+            Ok(call) => {
+                let reply = self.read(&call).await;
+                self.count("read", reply.outcome);
+                respond(&mut session, &reply).await
+            }
+        };
+        if !delivered {
+            return None;
+        }
+        let settings = HttpPersistentSettings::for_session(&session);
+        let reusable = session.finish().await.ok()??;
+        Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
+    }
+}
+
+/// The audit line of one write: method, channel, which key it carried, outcome — never the
+/// token or the text.
+fn audit(call: &Call, key_kind: &'static str, outcome: Outcome) {
+    info!(
+        target: "slackgate::audit",
+        method = %call.method,
+        channel = call.fields.channel.as_deref().unwrap_or(""),
+        key = key_kind,
+        outcome = outcome.as_label(),
+        "egress write"
+    );
+}
+
+/// What the delivery side tells the egress, so that writes can be attributed: which message a
+/// delivery carries, and which messages were deleted or edited. Best effort: a failure here
+/// only means a write is not attributed (and is posted).
+#[derive(Clone)]
+pub struct Attribution(Arc<AttributionInner>);
+
+struct AttributionInner {
+    redis_url: String,
+    prefix: String,
+    window: Duration,
+    /// Connected on first use, on the runtime of the service that uses it.
+    store: OnceLock<EgressStore>,
+}
+
+impl Attribution {
+    pub fn new(redis_url: &str, prefix: &str, window: Duration) -> Attribution {
+        let inner =
+            AttributionInner { redis_url: redis_url.into(), prefix: prefix.into(), window, store: OnceLock::new() };
+        Attribution(Arc::new(inner))
+    }
+
+    fn store(&self) -> Option<&EgressStore> {
+        let a = &self.0;
+        if let Some(s) = a.store.get() {
+            return Some(s);
+        }
+        let conn = outbox::connect_lazy(&a.redis_url, Duration::from_secs(2)).ok()?;
+        Some(a.store.get_or_init(|| EgressStore::new(conn, &a.prefix)))
+    }
+
+    /// A worker is about to send attempt `run` of `delivery`, which carries `message`.
+    pub async fn delivering(&self, message: &crate::slack::Message, delivery: &str, run: u64, app: &str) {
+        let Some(store) = self.store() else { return };
+        let place = Place { team: &message.team, channel: &message.channel };
+        let thread = message.thread_ts.as_deref().unwrap_or(&message.ts);
+        if let Err(e) = store.delivering(&place, &message.ts, thread, delivery, run, app, self.0.window).await {
+            debug!(error = %e, "cannot record the delivered message for the egress");
+        }
+    }
+
+    /// A `message_deleted` or `message_changed` arrived: the message's later replies are stale.
+    pub async fn changed(&self, message: &crate::slack::Message) {
+        let state = match message.subtype.as_deref() {
+            Some("message_deleted") => "deleted",
+            Some("message_changed") => "edited",
+            _ => return,
+        };
+        let Some(store) = self.store() else { return };
+        let place = Place { team: &message.team, channel: &message.channel };
+        if let Err(e) = store.mark(&place, &message.ts, state).await {
+            debug!(error = %e, "cannot mark the message for the egress");
+        }
+    }
+}

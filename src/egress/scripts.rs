@@ -1,0 +1,127 @@
+//! The egress's Lua scripts: each step on its keys is atomic, so replicas sharing one Redis
+//! agree on who posts. Keys of one kind share a hash tag: a token's (idempotency, retries) or a
+//! channel's (attribution, pacing, re-runs).
+
+/// KEYS: the idempotency record. ARGV: ttl ms.
+/// {0} claimed (send it); {1} another call with this key is in flight; {2, status, content
+/// type, body, retry-after} done: replay.
+pub const IDEM_CLAIM: &str = r#"
+if redis.call('HSETNX', KEYS[1], 's', 'inflight') == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return {0}
+end
+local r = redis.call('HMGET', KEYS[1], 's', 'st', 'ct', 'b', 'ra')
+if r[1] == 'done' then
+  return {2, r[2], r[3] or '', r[4] or '', r[5] or ''}
+end
+return {1}
+"#;
+
+/// KEYS: a retry fingerprint (same token, method and body). ARGV: window ms, owner nonce, now ms.
+/// {"new"}: record it as ours and send; {"busy"}: an identical call is in flight and its client
+/// still waits (this one is a new write of its own); {"wait"}: the earlier call's client is gone,
+/// wait for its result; {"replay", status, content type, body, retry-after}: it succeeded and its
+/// answer never reached its client; {"unknown", sent at}: its outcome is unknown, reconcile.
+pub const FP_BEGIN: &str = r#"
+local r = redis.call('HMGET', KEYS[1], 's', 'lost', 'st', 'ct', 'b', 'ra', 'at')
+local state, lost = r[1], r[2]
+if state == 'inflight' and lost == '0' then return {'busy'} end
+if state == 'inflight' then return {'wait'} end
+if state == 'done' and lost == '1' then return {'replay', r[3], r[4] or '', r[5] or '', r[6] or ''} end
+if state == 'unknown' then
+  redis.call('HSET', KEYS[1], 'o', ARGV[2])
+  return {'unknown', r[7] or ''}
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 's', 'inflight', 'lost', '0', 'o', ARGV[2], 'at', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return {'new'}
+"#;
+
+/// KEYS: a retry fingerprint. ARGV: owner nonce, what (lost | delivered | done | unknown | drop),
+/// then for done: status, content type, body, retry-after. Only the owner changes it, except
+/// `delivered`, which any replay that reached its client may say.
+pub const FP_SET: &str = r#"
+if ARGV[2] == 'delivered' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'lost', '0') end
+  return 1
+end
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+if ARGV[2] == 'lost' then
+  redis.call('HSET', KEYS[1], 'lost', '1')
+elseif ARGV[2] == 'done' then
+  redis.call('HSET', KEYS[1], 's', 'done', 'st', ARGV[3], 'ct', ARGV[4], 'b', ARGV[5], 'ra', ARGV[6])
+elseif ARGV[2] == 'unknown' then
+  redis.call('HSET', KEYS[1], 's', 'unknown')
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"#;
+
+/// KEYS: a channel's pacing bucket. ARGV: now ms, ms per post, burst, most ms to wait.
+/// GCRA: the bucket holds the theoretical arrival time of the next post; `burst` posts may come
+/// at once, then one every `per`. A reservation: returns the ms to wait before posting (0: now),
+/// or -1 when that would be longer than the most, and nothing is reserved.
+pub const PACE: &str = r#"
+local now, per, burst, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now)
+local wait = math.max(0, tat - per * (burst - 1) - now)
+if wait > most then return -1 end
+redis.call('SET', KEYS[1], string.format('%d', tat + per), 'PX', math.ceil(tat + per - now + 1000))
+return math.ceil(wait)
+"#;
+
+/// KEYS: the delivered message's record, its thread's latest. ARGV: thread ts, delivery id,
+/// attempt, window ms, message ts, app. Written by a worker before each attempt.
+pub const ATT_DELIVERING: &str = r#"
+redis.call('HSET', KEYS[1], 'th', ARGV[1], 'd', ARGV[2], 'n', ARGV[3], 'app', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local latest = redis.call('GET', KEYS[2])
+if not latest or tonumber(ARGV[5]) >= tonumber(latest) then
+  redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[4])
+end
+return 1
+"#;
+
+/// KEYS: a message's record. ARGV: state (deleted | edited). Only a message the gateway
+/// delivered has a record; a deletion wins over an edit.
+pub const ATT_MARK: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[1] == 'edited' and redis.call('HGET', KEYS[1], 'st') == 'deleted' then return 1 end
+redis.call('HSET', KEYS[1], 'st', ARGV[1])
+return 1
+"#;
+
+/// KEYS: the thread's latest delivered message, the posted message's source (for an update or
+/// delete of the bot's own post). ARGV: channel key tag, thread ts.
+/// Returns {message ts, delivery, attempt, state} of the delivered message the write answers,
+/// or {} when nothing the gateway delivered matches.
+pub const ATT_LOOKUP: &str = r#"
+local source = redis.call('GET', KEYS[2])
+local ts = source or redis.call('GET', KEYS[1]) or ARGV[2]
+local r = redis.call('HMGET', ARGV[1] .. ':m:' .. ts, 'd', 'n', 'st')
+if not r[1] then return {} end
+return {ts, r[1], r[2] or '1', r[3] or ''}
+"#;
+
+/// KEYS: the run's write counter for a method. ARGV: window ms, the prefix of the k-th write's
+/// record (`<channel tag>:w:<delivery>:<method>:`).
+/// Returns {k} or, when a run already made a k-th such write, {k, its run, status, content
+/// type, body, retry-after}.
+pub const RUN_NEXT: &str = r#"
+local k = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+local r = redis.call('HMGET', ARGV[2] .. k, 'run', 'st', 'ct', 'b', 'ra')
+if not r[1] then return {k} end
+return {k, r[1], r[2], r[3] or '', r[4] or '', r[5] or ''}
+"#;
+
+/// KEYS: the k-th write's record. ARGV: run, status, content type, body, retry-after, window
+/// ms. The first run to post the k-th write keeps it.
+pub const RUN_RECORD: &str = r#"
+if redis.call('HSETNX', KEYS[1], 'run', ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'st', ARGV[2], 'ct', ARGV[3], 'b', ARGV[4], 'ra', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+return 1
+"#;

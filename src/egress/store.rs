@@ -1,0 +1,411 @@
+//! The egress's records in Redis, over its scripts. A token is only ever present as its keyed
+//! hash; texts and bodies of writes as SHA-256 digests (cached answers are Slack's, not the bot's).
+//!
+//! Keys: `{P:e:<token hash>}:k:<method>:<key digest>` (idempotency) and `…:f:<method>:<body
+//! digest>` (retry fingerprints); `{P:e:<team>:<channel>}:m:<ts>` (a delivered message),
+//! `…:t:<thread>` (its thread's latest), `…:p:<posted ts>` (a post's source), `…:pace`,
+//! `…:r:<delivery>:<run>:<method>` and `…:w:<delivery>:<method>:<k>` (re-runs);
+//! `{P:egress}:hashkey`, `…:withheld`, `…:unknown`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script, Value};
+use tokio::sync::OnceCell;
+
+use super::scripts;
+use crate::outbox::StoreError;
+
+/// An answer from Slack, as cached and replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cached {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Bytes,
+    pub retry_after: Option<u64>,
+}
+
+impl Cached {
+    fn args(&self) -> [Vec<u8>; 4] {
+        [
+            self.status.to_string().into_bytes(),
+            self.content_type.clone().into_bytes(),
+            self.body.to_vec(),
+            self.retry_after.map(|s| s.to_string()).unwrap_or_default().into_bytes(),
+        ]
+    }
+
+    fn from_parts(parts: &[Value]) -> Option<Cached> {
+        let text =
+            |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok()).unwrap_or_default();
+        let status = String::from_utf8(text(0)).ok()?.parse().ok()?;
+        Some(Cached {
+            status,
+            content_type: String::from_utf8_lossy(&text(1)).into_owned(),
+            body: Bytes::from(text(2)),
+            retry_after: String::from_utf8(text(3)).ok().and_then(|s| s.parse().ok()),
+        })
+    }
+}
+
+pub enum IdemClaim {
+    Claimed,
+    InFlight,
+    Done(Cached),
+}
+
+pub enum Fingerprint {
+    New,
+    Busy,
+    Wait,
+    Replay(Cached),
+    Unknown { sent_ms: u64 },
+}
+
+/// What changes about a fingerprint.
+pub enum FpUpdate<'a> {
+    Lost,
+    Delivered,
+    Done(&'a Cached),
+    Unknown,
+    Drop,
+}
+
+/// The delivered message a write answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributed {
+    pub ts: String,
+    pub delivery: String,
+    /// The attempt (run) the delivery is on.
+    pub run: u64,
+    /// `deleted`, `edited` or empty.
+    pub state: String,
+}
+
+/// Where a write goes: a channel of a workspace.
+pub struct Place<'a> {
+    pub team: &'a str,
+    pub channel: &'a str,
+}
+
+#[derive(Clone)]
+pub struct EgressStore {
+    conn: ConnectionManager,
+    prefix: String,
+    hash_key: std::sync::Arc<OnceCell<Vec<u8>>>,
+    s: std::sync::Arc<Scripts>,
+}
+
+struct Scripts {
+    idem_claim: Script,
+    fp_begin: Script,
+    fp_set: Script,
+    pace: Script,
+    delivering: Script,
+    mark: Script,
+    lookup: Script,
+    run_next: Script,
+    run_record: Script,
+}
+
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+impl EgressStore {
+    pub fn new(conn: ConnectionManager, prefix: &str) -> Self {
+        let s = Scripts {
+            idem_claim: Script::new(scripts::IDEM_CLAIM),
+            fp_begin: Script::new(scripts::FP_BEGIN),
+            fp_set: Script::new(scripts::FP_SET),
+            pace: Script::new(scripts::PACE),
+            delivering: Script::new(scripts::ATT_DELIVERING),
+            mark: Script::new(scripts::ATT_MARK),
+            lookup: Script::new(scripts::ATT_LOOKUP),
+            run_next: Script::new(scripts::RUN_NEXT),
+            run_record: Script::new(scripts::RUN_RECORD),
+        };
+        EgressStore { conn, prefix: prefix.into(), hash_key: Default::default(), s: std::sync::Arc::new(s) }
+    }
+
+    fn token_tag(&self, token_hash: &str) -> String {
+        format!("{{{}:e:{token_hash}}}", self.prefix)
+    }
+
+    fn channel_tag(&self, p: &Place<'_>) -> String {
+        format!("{{{}:e:{}:{}}}", self.prefix, p.team, p.channel)
+    }
+
+    fn global(&self, what: &str) -> String {
+        format!("{{{}:egress}}:{what}", self.prefix)
+    }
+
+    /// The deployment's key for token hashes: made once by whichever replica comes first.
+    pub async fn hash_key(&self) -> Result<Vec<u8>, StoreError> {
+        let key = self
+            .hash_key
+            .get_or_try_init(|| async {
+                let k = self.global("hashkey");
+                let fresh: [u8; 32] = rand::random();
+                let _: bool = self.conn.clone().set_nx(&k, fresh.to_vec()).await?;
+                let stored: Vec<u8> = self.conn.clone().get(&k).await?;
+                Ok::<_, StoreError>(stored)
+            })
+            .await?;
+        Ok(key.clone())
+    }
+
+    pub async fn idem_claim(&self, th: &str, method: &str, key_digest: &str) -> Result<IdemClaim, StoreError> {
+        let k = format!("{}:k:{method}:{key_digest}", self.token_tag(th));
+        let reply: Vec<Value> = self.s.idem_claim.key(k).arg(DAY_MS).invoke_async(&mut self.conn.clone()).await?;
+        let code: i64 = reply.first().and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or(1);
+        Ok(match code {
+            0 => IdemClaim::Claimed,
+            2 => Cached::from_parts(&reply[1..]).map_or(IdemClaim::InFlight, IdemClaim::Done),
+            _ => IdemClaim::InFlight,
+        })
+    }
+
+    /// The winner's answer, kept for a day; or, for a failure, the claim dropped.
+    pub async fn idem_finish(
+        &self,
+        th: &str,
+        method: &str,
+        key_digest: &str,
+        answer: Option<&Cached>,
+    ) -> Result<(), StoreError> {
+        let k = format!("{}:k:{method}:{key_digest}", self.token_tag(th));
+        let mut conn = self.conn.clone();
+        match answer {
+            None => conn.del::<_, ()>(&k).await?,
+            Some(c) => {
+                let [st, ct, b, ra] = c.args();
+                let fields = [("s", b"done".to_vec()), ("st", st), ("ct", ct), ("b", b), ("ra", ra)];
+                redis::pipe().hset_multiple(&k, &fields).pexpire(&k, DAY_MS as i64).query_async::<()>(&mut conn).await?
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn fp_begin(
+        &self,
+        th: &str,
+        method: &str,
+        body_digest: &str,
+        window: Duration,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<Fingerprint, StoreError> {
+        let k = format!("{}:f:{method}:{body_digest}", self.token_tag(th));
+        let reply: Vec<Value> = self
+            .s
+            .fp_begin
+            .key(k)
+            .arg(window.as_millis() as u64)
+            .arg(nonce)
+            .arg(now_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let tag: String = reply.first().and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or_default();
+        Ok(match tag.as_str() {
+            "busy" => Fingerprint::Busy,
+            "wait" => Fingerprint::Wait,
+            "replay" => Cached::from_parts(&reply[1..]).map_or(Fingerprint::Busy, Fingerprint::Replay),
+            "unknown" => {
+                let sent: String = reply.get(1).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or_default();
+                Fingerprint::Unknown { sent_ms: sent.parse().unwrap_or(0) }
+            }
+            _ => Fingerprint::New,
+        })
+    }
+
+    pub async fn fp_set(
+        &self,
+        th: &str,
+        method: &str,
+        body_digest: &str,
+        nonce: &str,
+        update: FpUpdate<'_>,
+    ) -> Result<(), StoreError> {
+        let k = format!("{}:f:{method}:{body_digest}", self.token_tag(th));
+        let mut inv = self.s.fp_set.key(k);
+        inv.arg(nonce);
+        match update {
+            FpUpdate::Lost => inv.arg("lost"),
+            FpUpdate::Delivered => inv.arg("delivered"),
+            FpUpdate::Unknown => inv.arg("unknown"),
+            FpUpdate::Drop => inv.arg("drop"),
+            FpUpdate::Done(c) => inv.arg("done").arg(&c.args()[..]),
+        };
+        let _: i64 = inv.invoke_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Reserve a post in the channel's pace: the wait before it may go, or `None` when that
+    /// would be longer than `most`.
+    pub async fn pace(
+        &self,
+        p: &Place<'_>,
+        now_ms: u64,
+        per: Duration,
+        burst: u32,
+        most: Duration,
+    ) -> Result<Option<Duration>, StoreError> {
+        let k = format!("{}:pace", self.channel_tag(p));
+        let wait: i64 = self
+            .s
+            .pace
+            .key(k)
+            .arg(now_ms)
+            .arg(per.as_secs_f64() * 1000.0)
+            .arg(burst)
+            .arg(most.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok((wait >= 0).then(|| Duration::from_millis(wait as u64)))
+    }
+
+    /// A worker is about to send the message `ts` (in `thread`) as attempt `run` of `delivery`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn delivering(
+        &self,
+        p: &Place<'_>,
+        ts: &str,
+        thread: &str,
+        delivery: &str,
+        run: u64,
+        app: &str,
+        window: Duration,
+    ) -> Result<(), StoreError> {
+        let tag = self.channel_tag(p);
+        let _: i64 = self
+            .s
+            .delivering
+            .key(format!("{tag}:m:{ts}"))
+            .key(format!("{tag}:t:{thread}"))
+            .arg(thread)
+            .arg(delivery)
+            .arg(run)
+            .arg(window.as_millis() as u64)
+            .arg(ts)
+            .arg(app)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// The message `ts` was deleted or edited (a no-op unless the gateway delivered it).
+    pub async fn mark(&self, p: &Place<'_>, ts: &str, state: &str) -> Result<(), StoreError> {
+        let k = format!("{}:m:{ts}", self.channel_tag(p));
+        let _: i64 = self.s.mark.key(k).arg(state).invoke_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// The delivered message a write to `thread` answers, if any.
+    pub async fn lookup(&self, p: &Place<'_>, thread: &str) -> Result<Option<Attributed>, StoreError> {
+        let tag = self.channel_tag(p);
+        let reply: Vec<String> = self
+            .s
+            .lookup
+            .key(format!("{tag}:t:{thread}"))
+            .key(format!("{tag}:p:{thread}"))
+            .arg(&tag)
+            .arg(thread)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match reply.as_slice() {
+            [ts, d, n, st] => {
+                Some(Attributed { ts: ts.clone(), delivery: d.clone(), run: n.parse().unwrap_or(1), state: st.clone() })
+            }
+            _ => None,
+        })
+    }
+
+    /// The bot posted `posted_ts` in answer to the delivered message `source_ts`: an update or
+    /// delete of that post is attributed to the same source.
+    pub async fn posted(
+        &self,
+        p: &Place<'_>,
+        posted_ts: &str,
+        source_ts: &str,
+        window: Duration,
+    ) -> Result<(), StoreError> {
+        let k = format!("{}:p:{posted_ts}", self.channel_tag(p));
+        self.conn.clone().pset_ex::<_, _, ()>(k, source_ts, window.as_millis() as u64).await?;
+        Ok(())
+    }
+
+    /// Count a write of `method` made during run `run` of `delivery`: its number k in the run,
+    /// and the k-th such write of any run, when one was made.
+    pub async fn rerun_next(
+        &self,
+        p: &Place<'_>,
+        delivery: &str,
+        run: u64,
+        method: &str,
+        window: Duration,
+    ) -> Result<(u64, Option<(u64, Cached)>), StoreError> {
+        let tag = self.channel_tag(p);
+        let reply: Vec<Value> = self
+            .s
+            .run_next
+            .key(format!("{tag}:r:{delivery}:{run}:{method}"))
+            .arg(window.as_millis() as u64)
+            .arg(format!("{tag}:w:{delivery}:{method}:"))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let num = |i: usize| -> u64 {
+            reply
+                .get(i)
+                .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        };
+        let k = reply.first().and_then(|v| redis::from_redis_value_ref::<u64>(v).ok()).unwrap_or(0);
+        let earlier = (reply.len() >= 6).then(|| Cached::from_parts(&reply[2..]).map(|c| (num(1), c))).flatten();
+        Ok((k, earlier))
+    }
+
+    /// The k-th write of `method` for `delivery` was posted during run `run`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn rerun_record(
+        &self,
+        p: &Place<'_>,
+        delivery: &str,
+        method: &str,
+        k: u64,
+        run: u64,
+        answer: &Cached,
+        window: Duration,
+    ) -> Result<(), StoreError> {
+        let key = format!("{}:w:{delivery}:{method}:{k}", self.channel_tag(p));
+        let _: i64 = self
+            .s
+            .run_record
+            .key(key)
+            .arg(run)
+            .arg(&answer.args()[..])
+            .arg(window.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Keep a note (`withheld` or `unknown`) for a day, where `stats` and the admin API read it.
+    pub async fn note(&self, list: &str, json: &serde_json::Value, now_ms: u64) -> Result<(), StoreError> {
+        let k = self.global(list);
+        redis::pipe()
+            .zadd(&k, json.to_string(), now_ms)
+            .zrembyscore(&k, 0, now_ms.saturating_sub(DAY_MS) as i64)
+            .query_async::<()>(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// The notes of the last day, newest last.
+    pub async fn notes(&self, list: &str, now_ms: u64) -> Result<Vec<serde_json::Value>, StoreError> {
+        let k = self.global(list);
+        let raw: Vec<String> =
+            self.conn.clone().zrangebyscore(&k, now_ms.saturating_sub(DAY_MS) as i64, "+inf").await?;
+        Ok(raw.iter().filter_map(|s| serde_json::from_str(s).ok()).collect())
+    }
+}
