@@ -36,6 +36,10 @@ pub(super) struct Write {
     pub token_hash: Option<String>,
 }
 
+/// How long an identical call in flight is watched for its client's going before this call is
+/// taken for a new write of its own.
+const BUSY_GRACE: Duration = Duration::from_millis(250);
+
 /// Whether an answer is Slack's success: a 2xx with `"ok": true`. Anything else is not cached.
 fn succeeded(a: &Cached) -> bool {
     (200..300).contains(&a.status)
@@ -122,10 +126,17 @@ impl Egress {
             nonce: format!("{:016x}", rand::random::<u64>()),
         };
         let deadline = Instant::now() + self.cfg().timeout * 2 + self.cfg().evidence_window + self.cfg().max_wait;
+        // A client that timed out closes its connection and retries at once: its first call may
+        // not be marked lost yet when the retry asks. Busy is believed only after a moment.
+        let busy_until = Instant::now() + BUSY_GRACE;
         loop {
             let begun =
                 fp.store.fp_begin(&fp.th, &w.call.method, &fp.body, self.cfg().retry_window, &fp.nonce, now_ms()).await;
             let reply = match begun {
+                Ok(Fingerprint::Busy) if Instant::now() < busy_until => {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                    continue;
+                }
                 Err(_) | Ok(Fingerprint::Busy) => self.send(&w).await,
                 Ok(Fingerprint::New) => return self.send_tracked(w, fp, session).await,
                 Ok(Fingerprint::Replay(c)) => {

@@ -9,6 +9,7 @@ mod cli;
 mod dedupe;
 mod delivery;
 mod edges;
+mod egress;
 mod fence;
 mod interactive;
 mod lifecycle;

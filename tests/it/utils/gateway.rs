@@ -22,6 +22,8 @@ pub struct GatewayConfig {
     pub app: String,
     /// Raw TOML appended at the end (more `[[app]]` sections).
     pub tail: String,
+    /// The `[egress]` section's lines (its `listen` is port 0); empty: no egress.
+    pub egress: String,
 }
 
 impl GatewayConfig {
@@ -35,6 +37,7 @@ impl GatewayConfig {
             redis: String::new(),
             app: String::new(),
             tail: String::new(),
+            egress: String::new(),
         }
     }
 
@@ -57,6 +60,7 @@ upstream = "{upstream}"
 passthrough = ["/slack/install"]
 delivery = {delivery}
 {app}
+{egress}
 {tail}
 "#,
             server = self.server,
@@ -66,6 +70,11 @@ delivery = {delivery}
             upstream = self.upstream,
             delivery = self.delivery,
             app = self.app,
+            egress = if self.egress.is_empty() {
+                String::new()
+            } else {
+                format!("[egress]\nlisten = \"127.0.0.1:0\"\n{}\n", self.egress)
+            },
             tail = self.tail,
         )
     }
@@ -75,6 +84,8 @@ pub struct Gateway {
     child: Option<Child>,
     pub port: u16,
     pub admin_port: u16,
+    /// The Web API egress, when the config has one.
+    pub egress_port: u16,
     pub config_path: PathBuf,
     log_path: PathBuf,
     env: Vec<(String, String)>,
@@ -95,6 +106,7 @@ impl Gateway {
             child: None,
             port: 0,
             admin_port: 0,
+            egress_port: 0,
             config_path,
             log_path: dir.path().join("gateway.log"),
             env,
@@ -113,6 +125,7 @@ impl Gateway {
         loop {
             if let Some((port, admin)) = started_on(&self.log(), starts) {
                 (self.port, self.admin_port) = (port, admin);
+                self.egress_port = egress_port(&self.log(), starts).unwrap_or(0);
                 break;
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
@@ -231,4 +244,15 @@ pub fn started_on(log: &str, starts: usize) -> Option<(u16, u16)> {
         addr.rsplit(':').next()?.parse().ok()
     };
     Some((port_after("listen=")?, port_after("admin=")?))
+}
+
+/// The egress port from the `starts`-th startup line, when there is an egress.
+fn egress_port(log: &str, starts: usize) -> Option<u16> {
+    let line = log.lines().filter(|l| l.contains("slackgate started")).nth(starts)?;
+    if let Ok(json) = serde_json::from_str::<serde_json::Value>(line) {
+        return json["fields"]["egress"].as_str()?.rsplit(':').next()?.parse().ok();
+    }
+    let rest = &line[line.find("egress=")? + "egress=".len()..];
+    let addr: String = rest.trim_start_matches('"').chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
+    addr.rsplit(':').next()?.parse().ok()
 }

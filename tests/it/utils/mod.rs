@@ -3,11 +3,13 @@
 
 #![allow(dead_code)]
 
+mod fake_slack;
 mod gateway;
 mod receiver;
 mod redis_server;
 mod tls;
 
+pub use fake_slack::{Behaviour, FakeSlack};
 pub use gateway::{started_on, Gateway, GatewayConfig};
 pub use receiver::{Receiver, Reply, Reserved};
 pub use redis_server::RedisServer;

@@ -1,0 +1,198 @@
+//! A fake Slack Web API on a loopback port: it records every call, answers `auth.test`, keeps
+//! the messages `chat.postMessage` posts and serves them back from `conversations.history` and
+//! `conversations.replies`, and can be told how to answer the next writes: late (after
+//! recording), not at all (the connection dropped after recording), with an error, or 429.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+
+pub const TEAM: &str = "T1";
+pub const BOT_USER: &str = "UBOT";
+pub const BOT_ID: &str = "BBOT";
+
+/// How the fake answers one write.
+#[derive(Clone, Debug)]
+pub enum Behaviour {
+    /// Record it, then answer after this long.
+    Late(Duration),
+    /// Record it, then drop the connection without an answer.
+    Drop,
+    /// Drop the connection without recording it (it never reached "Slack").
+    DropBefore,
+    /// Answer this status (and `{"ok":false}`) without recording.
+    Status(u16),
+    /// `{"ok": false, "error": …}` with 200, not recorded.
+    NotOk(&'static str),
+    /// 429 with this `Retry-After`, not recorded.
+    RateLimited(u64),
+}
+
+#[derive(Clone, Debug)]
+pub struct ApiCall {
+    pub method: String,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+    pub at: std::time::Instant,
+}
+
+#[derive(Default)]
+struct State {
+    calls: Mutex<Vec<ApiCall>>,
+    /// Messages posted: channel, ts, thread_ts, text.
+    posts: Mutex<Vec<Value>>,
+    script: Mutex<VecDeque<Behaviour>>,
+    seq: Mutex<u64>,
+}
+
+pub struct FakeSlack {
+    pub port: u16,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeSlack {
+    pub async fn start() -> FakeSlack {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(State::default());
+        let st = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(st.clone(), req));
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        FakeSlack { port, state, task }
+    }
+
+    /// The Web API base URL to configure: `http://127.0.0.1:<port>/api/`.
+    pub fn api_url(&self) -> String {
+        format!("http://127.0.0.1:{}/api/", self.port)
+    }
+
+    /// The next write gets this behaviour (in order).
+    pub fn push(&self, b: Behaviour) {
+        self.state.script.lock().unwrap().push_back(b);
+    }
+
+    pub fn calls(&self) -> Vec<ApiCall> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    pub fn calls_of(&self, method: &str) -> Vec<ApiCall> {
+        self.calls().into_iter().filter(|c| c.method == method).collect()
+    }
+
+    /// Messages posted (and kept), each `{channel, ts, thread_ts, text}`.
+    pub fn posts(&self) -> Vec<Value> {
+        self.state.posts.lock().unwrap().clone()
+    }
+
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+fn is_write(method: &str) -> bool {
+    method.starts_with("chat.") || method.starts_with("reactions.") || method.starts_with("views.")
+}
+
+/// A JSON or form body's fields.
+fn fields(headers: &hyper::HeaderMap, body: &[u8]) -> serde_json::Map<String, Value> {
+    let json = headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("json"));
+    if json {
+        return serde_json::from_slice::<Value>(body).ok().and_then(|v| v.as_object().cloned()).unwrap_or_default();
+    }
+    form_urlencoded::parse(body).map(|(k, v)| (k.into_owned(), Value::String(v.into_owned()))).collect()
+}
+
+fn answer(status: u16, body: Value, retry_after: Option<u64>) -> Response<Full<Bytes>> {
+    let mut r = Response::builder().status(status).header("content-type", "application/json; charset=utf-8");
+    if let Some(s) = retry_after {
+        r = r.header("retry-after", s.to_string());
+    }
+    r.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+}
+
+async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::io::Error> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let method = parts.uri.path().trim_start_matches("/api/").to_string();
+    st.calls.lock().unwrap().push(ApiCall {
+        method: method.clone(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+        at: std::time::Instant::now(),
+    });
+    let f = fields(&parts.headers, &body);
+    let text = |k: &str| f.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let behaviour = if is_write(&method) { st.script.lock().unwrap().pop_front() } else { None };
+    match behaviour {
+        Some(Behaviour::Status(s)) => return Ok(answer(s, json!({"ok": false, "error": "fatal_error"}), None)),
+        Some(Behaviour::NotOk(e)) => return Ok(answer(200, json!({"ok": false, "error": e}), None)),
+        Some(Behaviour::RateLimited(s)) => {
+            return Ok(answer(429, json!({"ok": false, "error": "ratelimited"}), Some(s)))
+        }
+        Some(Behaviour::DropBefore) => return Err(std::io::Error::other("dropped")),
+        _ => {}
+    }
+    let reply = match method.as_str() {
+        "auth.test" => json!({"ok": true, "team_id": TEAM, "user_id": BOT_USER, "bot_id": BOT_ID, "team": "Test"}),
+        "chat.postMessage" => {
+            let ts = {
+                let mut seq = st.seq.lock().unwrap();
+                *seq += 1;
+                format!("{}.{:06}", 1_800_000_000 + *seq, *seq)
+            };
+            let message = json!({"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "text": text("text"), "ts": ts,
+                "thread_ts": f.get("thread_ts").cloned().unwrap_or(Value::Null)});
+            let mut kept = message.clone();
+            kept["channel"] = Value::String(text("channel"));
+            st.posts.lock().unwrap().push(kept);
+            json!({"ok": true, "channel": text("channel"), "ts": ts, "message": message})
+        }
+        "conversations.history" | "conversations.replies" => {
+            let thread = (method == "conversations.replies").then(|| text("ts"));
+            let messages: Vec<Value> = st
+                .posts
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|p| p["channel"] == text("channel"))
+                .filter(|p| thread.as_ref().is_none_or(|t| p["thread_ts"].as_str() == Some(t)))
+                .cloned()
+                .collect();
+            json!({"ok": true, "messages": messages})
+        }
+        // Reads echo what they were given, so a test can compare bytes.
+        m if !is_write(m) => {
+            return Ok(Response::builder()
+                .status(200)
+                .header("content-type", "application/json; charset=utf-8")
+                .header("x-fake-echo", "1")
+                .body(Full::new(Bytes::from(
+                    json!({"ok": true, "method": m, "echo": String::from_utf8_lossy(&body)}).to_string(),
+                )))
+                .unwrap())
+        }
+        _ => json!({"ok": true}),
+    };
+    match behaviour {
+        Some(Behaviour::Late(d)) => tokio::time::sleep(d).await,
+        Some(Behaviour::Drop) => return Err(std::io::Error::other("dropped after recording")),
+        _ => {}
+    }
+    Ok(answer(200, reply, None))
+}
