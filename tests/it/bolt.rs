@@ -43,6 +43,11 @@ struct BoltApp {
 impl BoltApp {
     /// Start the app; its `app_mention` listener sleeps `slow` seconds.
     async fn start(kind: Bolt, slow: u64) -> BoltApp {
+        Self::start_with(kind, slow, &[]).await
+    }
+
+    /// With extra environment (`SLACK_API_URL`, `SLACK_API_TIMEOUT`, `SLOW_ONCE`).
+    async fn start_with(kind: Bolt, slow: u64, env: &[(&str, String)]) -> BoltApp {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bolt");
         // Bolt for Python lives in the checkout's own venv (scripts/deps), never in the system's.
         let venv_python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python3");
@@ -62,6 +67,7 @@ impl BoltApp {
             .env("SLACK_SIGNING_SECRET", SECRET)
             .env("PORT", "0")
             .env("SLOW", slow.to_string())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("PYTHONUNBUFFERED", "1")
             .env("PYTHONDONTWRITEBYTECODE", "1")
             // Bolt reads these when set; the apps must run on `authorize` alone.
@@ -444,6 +450,82 @@ async fn block_action_is_acked_and_handled_once(kind: Bolt) {
     rig.assert_all_delivered().await;
 }
 
+/// Redis, the fake Slack Web API, the gateway with its egress, and the Bolt app whose Web API
+/// client points at the egress. The app needs the egress's address and the gateway the app's:
+/// the gateway starts first with a placeholder upstream, then is reloaded with the app's.
+struct EgressRig {
+    rig: Rig,
+    slack: FakeSlack,
+}
+
+impl EgressRig {
+    async fn start(kind: Bolt, name: &str, egress: &str, delivery: &str, env: &[(&str, String)]) -> EgressRig {
+        let redis = RedisServer::start();
+        let slack = FakeSlack::start().await;
+        let placeholder = Reserved::new();
+        let mut cfg = GatewayConfig::new(&redis.url(), &prefix(&format!("bolteg{kind:?}{name}")), &placeholder.url());
+        cfg.delivery = delivery.into();
+        cfg.egress = format!("slack_api_url = \"{}\"\n{egress}", slack.api_url());
+        let gw = Gateway::start(&cfg).await;
+        let mut env: Vec<(&str, String)> = env.to_vec();
+        env.push(("SLACK_API_URL", format!("http://127.0.0.1:{}/api/", gw.egress_port)));
+        let app = BoltApp::start_with(kind, 0, &env).await;
+        cfg.upstream = app.url();
+        gw.rewrite(&cfg);
+        Command::new("kill").arg("-HUP").arg(gw.pid().to_string()).status().unwrap();
+        assert!(eventually(Duration::from_secs(5), || gw.log().contains("config reloaded")).await, "{}", gw.log());
+        EgressRig { rig: Rig { gw, app, redis, prefix: cfg.prefix }, slack }
+    }
+
+    async fn mention(&self, event_id: &str, ts: &str) {
+        let req = Req::signed("/slack/events", app_mention(event_id, ts, "<@UBOT> status?"), SECRET);
+        assert_eq!(send(self.rig.gw.port, req).await.0, 200);
+    }
+
+    fn logs(&self) -> String {
+        let calls: Vec<String> = self.slack.calls().iter().map(|c| c.method.clone()).collect();
+        format!("{}--- Slack API calls ---\n{calls:?}\n", self.rig.logs())
+    }
+}
+
+/// The bot replies in thread through the egress; Slack takes the post but its answer comes
+/// only after the bot's client gave up: the client retries, and still one post is visible.
+async fn reply_posts_once_across_a_client_retry(kind: Bolt) {
+    let delivery = r#"{ timeout = "15s", retry_initial = "100ms", retry_max = "400ms", lease = "30s" }"#;
+    let env = [("SLACK_API_TIMEOUT", "1".to_string())];
+    let r = EgressRig::start(kind, "retry", "", delivery, &env).await;
+    r.slack.push(Behaviour::Late(Duration::from_secs(3)));
+    r.mention("EvEgRetry1", "1700000300.000100").await;
+    assert!(
+        eventually(Duration::from_secs(20), || r.rig.app.handled("replied") == 1).await,
+        "the bot's say() came back ok\n{}",
+        r.logs()
+    );
+    assert_eq!(r.slack.posts().len(), 1, "one visible post\n{}", r.logs());
+    assert_eq!(r.slack.posts()[0]["thread_ts"], "1700000300.000100");
+    let replayed = r#"slackgate_egress_calls_total{class="write",outcome="replayed_retry"}"#;
+    assert_eq!(metric(r.rig.gw.admin_port, replayed).await, 1.0, "the client did retry\n{}", r.logs());
+    r.rig.assert_all_delivered().await;
+}
+
+/// The first run is slower than the delivery timeout, so the gateway delivers the mention again
+/// and the bot runs twice; with `rerun = "replay"` its second reply returns the first's result.
+async fn reply_posts_once_across_a_redelivery_with_rerun_replay(kind: Bolt) {
+    let delivery = r#"{ timeout = "2s", retry_initial = "100ms", retry_max = "400ms", lease = "5s" }"#;
+    let env = [("SLOW_ONCE", "3".to_string())];
+    let r = EgressRig::start(kind, "rerun", "rerun = \"replay\"", delivery, &env).await;
+    r.mention("EvEgRerun1", "1700000400.000100").await;
+    assert!(
+        eventually(Duration::from_secs(20), || r.rig.app.handled("replied") >= 2).await,
+        "the bot ran twice\n{}",
+        r.logs()
+    );
+    r.rig.assert_all_delivered().await;
+    assert_eq!(r.slack.posts().len(), 1, "one visible post\n{}", r.logs());
+    let replayed = r#"slackgate_egress_calls_total{class="write",outcome="replayed_rerun"}"#;
+    assert!(metric(r.rig.gw.admin_port, replayed).await >= 1.0, "{}", r.logs());
+}
+
 /// One `#[tokio::test]` per framework for a scenario.
 macro_rules! for_both {
     ($scenario:ident => $python:ident, $js:ident) => {
@@ -477,3 +559,9 @@ for_both!(block_suggestion_options_are_returned_synchronously
 for_both!(block_action_is_acked_and_handled_once
     => python_block_action_is_acked_and_handled_once,
        js_block_action_is_acked_and_handled_once);
+for_both!(reply_posts_once_across_a_client_retry
+    => python_reply_posts_once_across_a_client_retry,
+       js_reply_posts_once_across_a_client_retry);
+for_both!(reply_posts_once_across_a_redelivery_with_rerun_replay
+    => python_reply_posts_once_across_a_redelivery_with_rerun_replay,
+       js_reply_posts_once_across_a_redelivery_with_rerun_replay);

@@ -17,6 +17,13 @@ const { App, LogLevel } = require('@slack/bolt');
 
 const PORT = Number(process.env.PORT || 3000);
 const SLOW = Number(process.env.SLOW || 0);
+// Only the first run of each event is slow (a redelivery then answers in time).
+const SLOW_ONCE = Number(process.env.SLOW_ONCE || 0);
+// The Web API base URL (slackgate's egress); when set, app_mention is answered in its thread.
+const API_URL = process.env.SLACK_API_URL;
+const API_TIMEOUT_MS = Number(process.env.SLACK_API_TIMEOUT || 0) * 1000;
+const seen = new Set();
+const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
 
 const handled = (line) => process.stdout.write(`HANDLED ${line}\n`);
 
@@ -31,11 +38,21 @@ const app = new App({
   }),
   processBeforeResponse: true,
   logLevel: LogLevel.INFO,
+  // Only the Web API's base URL (and a client timeout) point the bot's client elsewhere.
+  ...(API_URL ? { clientOptions: { slackApiUrl: API_URL, timeout: API_TIMEOUT_MS } } : {}),
 });
 
-app.event('app_mention', async ({ event }) => {
+app.event('app_mention', async ({ event, say }) => {
+  if (API_URL) {
+    await say({ text: `on it: ${event.text}`, thread_ts: event.ts });
+    handled(`replied ${event.ts}`);
+  }
   if (SLOW > 0) {
-    await new Promise((resolve) => setTimeout(resolve, SLOW * 1000));
+    await sleep(SLOW);
+  }
+  if (SLOW_ONCE > 0 && !seen.has(event.ts)) {
+    seen.add(event.ts);
+    await sleep(SLOW_ONCE);
   }
   handled(`app_mention ${event.ts} ${event.text}`);
 });

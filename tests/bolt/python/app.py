@@ -30,6 +30,12 @@ logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %
 
 PORT = int(os.environ.get("PORT", "3000"))
 SLOW = float(os.environ.get("SLOW", "0"))
+# Only the first run of each event is slow (a redelivery then answers in time).
+SLOW_ONCE = float(os.environ.get("SLOW_ONCE", "0"))
+# The Web API base URL (slackgate's egress); when set, app_mention is answered in its thread.
+API_URL = os.environ.get("SLACK_API_URL")
+API_TIMEOUT = float(os.environ.get("SLACK_API_TIMEOUT", "30"))
+SEEN = set()
 
 
 def handled(line: str) -> None:
@@ -46,17 +52,39 @@ def authorize(enterprise_id, team_id, user_id, logger):
     )
 
 
+def web_client():
+    """The bot's Web API client: only its base URL (and its timeout and retries on timeouts, so
+    that a lost answer is retried the way @slack/web-api does by default) point it elsewhere."""
+    from http.client import RemoteDisconnected
+    from urllib.error import URLError
+
+    from slack_sdk import WebClient
+    from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
+
+    retry = ConnectionErrorRetryHandler(
+        max_retry_count=2, error_types=[URLError, ConnectionResetError, RemoteDisconnected, TimeoutError]
+    )
+    return WebClient(base_url=API_URL, timeout=API_TIMEOUT, retry_handlers=[retry])
+
+
 app = App(
     signing_secret=os.environ["SLACK_SIGNING_SECRET"],
     authorize=authorize,
     process_before_response=True,
+    **({"client": web_client()} if API_URL else {}),
 )
 
 
 @app.event("app_mention")
-def on_app_mention(event):
+def on_app_mention(event, say):
+    if API_URL:
+        say(text=f"on it: {event.get('text')}", thread_ts=event.get("ts"))
+        handled(f"replied {event.get('ts')}")
     if SLOW > 0:
         time.sleep(SLOW)
+    if SLOW_ONCE > 0 and event.get("ts") not in SEEN:
+        SEEN.add(event.get("ts"))
+        time.sleep(SLOW_ONCE)
     handled(f"app_mention {event.get('ts')} {event.get('text')}")
 
 
