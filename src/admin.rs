@@ -12,6 +12,7 @@
 //!   `[server] admin_hosts` is refused (DNS rebinding), except on `/healthz`.
 //!
 //! ```text
+//! GET  /stats                      outbox counts GET  /egress            withheld, unknown writes
 //! GET  /dlq?app=A&limit=N          list          GET  /dlq/A/ID          show
 //! POST /dlq/A/ID/replay            replay one    POST /dlq/A/replay      replay all
 //! POST /dlq/A/ID/purge             purge one     POST /dlq/A/purge       purge all
@@ -102,7 +103,7 @@ fn access(path: &str) -> Option<Access> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
         ["dlq", _, "replay" | "purge"] | ["dlq", _, _, "replay" | "purge"] => Some(Access::Write),
-        ["stats"] | ["dlq"] | ["dlq", _, _] => Some(Access::Read),
+        ["stats"] | ["egress"] | ["dlq"] | ["dlq", _, _] => Some(Access::Read),
         _ => None,
     }
 }
@@ -207,6 +208,7 @@ impl Admin {
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         Ok(match parts.as_slice() {
             ["stats"] => json(ops.stats(param("app").as_deref()).await?),
+            ["egress"] => json(ops.egress_notes().await?),
             ["dlq"] => {
                 let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                 json(ops.list(param("app").as_deref(), limit).await?)

@@ -30,6 +30,13 @@ pub struct AppStats {
     pub stats: OutboxStats,
 }
 
+/// What the egress kept for a day.
+#[derive(Debug, Serialize)]
+pub struct EgressNotes {
+    pub withheld: Vec<serde_json::Value>,
+    pub unknown: Vec<serde_json::Value>,
+}
+
 #[derive(Debug, Serialize)]
 pub struct AppDeadLetter {
     pub app: String,
@@ -92,6 +99,18 @@ impl Ops {
             .filter(|s| *s < self.config.redis.shards)
             .ok_or_else(|| OpsError::BadId(id.into()))?;
         Ok(ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard))
+    }
+
+    pub fn egress_enabled(&self) -> bool {
+        self.config.egress.listen.is_some()
+    }
+
+    /// The egress's notes of the last day: writes withheld (their source was deleted or
+    /// edited) and writes whose outcome is unknown.
+    pub async fn egress_notes(&self) -> Result<EgressNotes, OpsError> {
+        let store = crate::egress::EgressStore::new(self.store.connection(), &self.config.redis.key_prefix);
+        let now = now_ms();
+        Ok(EgressNotes { withheld: store.notes("withheld", now).await?, unknown: store.notes("unknown", now).await? })
     }
 
     pub async fn stats(&self, app: Option<&str>) -> Result<Vec<AppStats>, OpsError> {

@@ -39,6 +39,9 @@ enum Command {
         #[command(subcommand)]
         command: crate::sim::SimCommand,
     },
+    /// The egress's writes of the last day that were withheld (source deleted or edited) or
+    /// whose outcome is unknown.
+    Egress(ops::Target),
     /// The dead-letter stream: list, show, replay, purge.
     Dlq {
         #[command(subcommand)]
@@ -94,6 +97,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Check(opt) => check(&opt),
         Command::Run(opts) => run::run(opts),
         Command::Stats(target) => ops::stats(&target),
+        Command::Egress(target) => ops::egress(&target),
         Command::Reload { data_dir, pid_file } => {
             run::reload(&pid_file.unwrap_or_else(|| data_dir.join("slackgate.pid")))
         }

@@ -94,7 +94,8 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 
 pub fn stats(t: &Target) -> anyhow::Result<()> {
     runtime()?.block_on(async {
-        let stats = connect(t).await?.stats(t.app.as_deref()).await?;
+        let ops = connect(t).await?;
+        let stats = ops.stats(t.app.as_deref()).await?;
         if t.json {
             return print_json(&stats);
         }
@@ -114,6 +115,35 @@ pub fn stats(t: &Target) -> anyhow::Result<()> {
                 age(st.oldest_age_ms),
                 st.delivered_last_minute
             );
+        }
+        if ops.egress_enabled() {
+            let notes = ops.egress_notes().await?;
+            println!(
+                "egress, last day: {} withheld, {} unknown (`slackgate egress` lists them)",
+                notes.withheld.len(),
+                notes.unknown.len()
+            );
+        }
+        Ok(())
+    })
+}
+
+pub fn egress(t: &Target) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let notes = connect(t).await?.egress_notes().await?;
+        if t.json {
+            return print_json(&notes);
+        }
+        println!("withheld in the last day: {}", notes.withheld.len());
+        for n in &notes.withheld {
+            println!(
+                "  {} {} in {} (source {}, delivery {})",
+                n["reason"], n["method"], n["channel"], n["source_ts"], n["delivery"]
+            );
+        }
+        println!("unknown outcome in the last day: {}", notes.unknown.len());
+        for n in &notes.unknown {
+            println!("  {} in {}", n["method"], n["channel"]);
         }
         Ok(())
     })

@@ -267,6 +267,11 @@ impl Store {
         Ok(info.lines().find_map(|l| l.strip_prefix("maxmemory_policy:")).map(|p| p.trim().to_string()))
     }
 
+    /// The connection underneath, for other records kept in the same Redis.
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
     /// PING, for readiness.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let _: String = redis::cmd("PING").query_async(&mut self.conn.clone()).await?;

@@ -220,9 +220,8 @@ async fn a_reply_to_a_deleted_question_is_withheld() {
     deliver_mention(&s, "EvStale2", "1700000200.000100").await;
     delete_message(&s, "EvStale3", "1700000100.000100").await;
     let port = s.gw.egress_port;
+    // The deletion is marked in the background: ask until it shows.
     let mut withheld = String::new();
-    let stale = eventually(Duration::from_secs(5), || true).await; // the deletion is marked in the background
-    assert!(stale);
     for _ in 0..50 {
         withheld =
             api(port, "chat.postMessage", "channel=C1&thread_ts=1700000100.000100&text=late+answer", &[]).await.2;
@@ -240,6 +239,50 @@ async fn a_reply_to_a_deleted_question_is_withheld() {
     assert!(ok(&kept), "the other question's reply is posted: {kept}");
     let m = metric(s.gw.admin_port, r#"slackgate_egress_calls_total{class="write",outcome="withheld_deleted"}"#).await;
     assert!(m >= 1.0);
+    // Kept for a day, where operators look.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slackgate"))
+        .args(["egress", "--json", "--config"])
+        .arg(&s.gw.config_path)
+        .env("SG_TEST_SECRET", SECRET)
+        .output()
+        .unwrap();
+    let notes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(notes["withheld"][0]["reason"], "source_deleted", "{notes}");
+    assert_eq!(notes["withheld"][0]["source_ts"], "1700000100.000100");
+    let mut req = Req::signed("/egress", Vec::new(), SECRET);
+    req.method = "GET";
+    req.headers.clear();
+    let listed = String::from_utf8_lossy(&send(s.gw.admin_port, req).await.1).into_owned();
+    assert!(listed.contains("source_deleted"), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_of_a_reply_follows_its_question_and_edits_withhold_when_asked() {
+    let s = setup("eedit", "on_edited = \"withhold\"").await;
+    let port = s.gw.egress_port;
+    deliver_mention(&s, "EvEdit1", "1700000500.000100").await;
+    let (_, _, posted) =
+        api(port, "chat.postMessage", "channel=C1&thread_ts=1700000500.000100&text=thinking", &[]).await;
+    let reply_ts = serde_json::from_str::<serde_json::Value>(&posted).unwrap()["ts"].as_str().unwrap().to_string();
+    // The question is edited: the reply's update (by its own ts) is attributed to the question.
+    let edit = serde_json::json!({
+        "type": "event_callback", "event_id": "EvEdit2", "team_id": "T1",
+        "event": {"type": "message", "subtype": "message_changed", "channel": "C1", "ts": "1800000002.000001",
+                  "message": {"type": "message", "user": "U1", "text": "<@UBOT> never mind", "ts": "1700000500.000100"},
+                  "previous_message": {"type": "message", "user": "U1", "text": "<@UBOT> help", "ts": "1700000500.000100"}}
+    });
+    assert_eq!(send(s.gw.port, Req::signed("/slack/events", edit.to_string().into_bytes(), SECRET)).await.0, 200);
+    let update = format!("channel=C1&ts={reply_ts}&text=the+answer");
+    let mut answer = String::new();
+    for _ in 0..50 {
+        answer = api(port, "chat.update", &update, &[]).await.2;
+        if answer.contains("source_edited") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(answer.contains("source_edited"), "{answer}");
+    assert!(s.slack.calls_of("chat.update").is_empty(), "withheld, not sent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
