@@ -6,12 +6,14 @@
 //!   the real retry headers, and can add concurrent duplicate copies, `app_mention` + `message`
 //!   pairs and edits. It reports ack latency from an HDR histogram, measured from each request's
 //!   scheduled time in open loop (so a stalled server cannot hide behind a slowed client).
+//! - `sim slack` is a fake Slack Web API, for trying and benchmarking the egress.
 //! - `sim receive` is a fast bot: it verifies every forwarded signature, counts deliveries per
 //!   event and reports duplicated and (with the sender's manifest) lost events, and the
 //!   send-to-delivery latency.
 
 mod receive;
 mod send;
+mod slack;
 
 use std::path::PathBuf;
 
@@ -23,6 +25,18 @@ pub enum SimCommand {
     Send(SendOpts),
     /// Behave like a fast bot behind a gateway.
     Receive(ReceiveOpts),
+    /// A fake Slack Web API, for the egress's `slack_api_url`.
+    Slack(SlackOpts),
+}
+
+#[derive(Args, Clone)]
+pub struct SlackOpts {
+    /// Where to listen (`slack_api_url = "http://<this>/api/"`).
+    #[arg(long, default_value = "127.0.0.1:8100")]
+    pub listen: String,
+    /// Stop after this many seconds (default: on Ctrl-C).
+    #[arg(long)]
+    pub duration: Option<u64>,
 }
 
 #[derive(Args, Clone)]
@@ -92,6 +106,7 @@ pub fn run(command: SimCommand) -> anyhow::Result<()> {
     match command {
         SimCommand::Send(o) => rt.block_on(send::run(o)),
         SimCommand::Receive(o) => rt.block_on(receive::run(o)),
+        SimCommand::Slack(o) => rt.block_on(slack::run(o)),
     }
 }
 
