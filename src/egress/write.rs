@@ -46,6 +46,14 @@ fn succeeded(a: &Cached) -> bool {
         && serde_json::from_slice::<serde_json::Value>(&a.body).is_ok_and(|v| v["ok"].as_bool() == Some(true))
 }
 
+/// Wait `pause`; `false` if the client went meanwhile.
+async fn still_there(session: &mut ServerSession, pause: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => true,
+        _ = client_gone(session) => false,
+    }
+}
+
 /// Resolves when the client has gone (closed its connection while waiting for the answer).
 async fn client_gone(session: &mut ServerSession) {
     if session.read_body_or_idle(true).await.is_ok() {
@@ -134,7 +142,9 @@ impl Egress {
                 fp.store.fp_begin(&fp.th, &w.call.method, &fp.body, self.cfg().retry_window, &fp.nonce, now_ms()).await;
             let reply = match begun {
                 Ok(Fingerprint::Busy) if Instant::now() < busy_until => {
-                    tokio::time::sleep(Duration::from_millis(25)).await;
+                    if !still_there(session, Duration::from_millis(25)).await {
+                        return false;
+                    }
                     continue;
                 }
                 Err(_) | Ok(Fingerprint::Busy) => self.send(&w).await,
@@ -155,7 +165,11 @@ impl Egress {
                     None => return self.send_tracked(w, fp, session).await,
                 },
                 Ok(Fingerprint::Wait) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // A waiter whose own client left posts nothing: the earlier call's result
+                    // is kept for whichever retry comes next.
+                    if !still_there(session, Duration::from_millis(50)).await {
+                        return false;
+                    }
                     continue;
                 }
                 Ok(Fingerprint::Wait) => Reply::error(503, "slackgate_retry_pending", Outcome::Unknown),
