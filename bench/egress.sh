@@ -72,9 +72,11 @@ echo "== $(date -u +%FT%TZ) $(nproc) cores; ${SECS}s per phase, $CONNS connectio
 read -r RD_RPS RD_P99 < <(run "read, direct to the fake" "http://127.0.0.1:$SLACK_PORT/api/users.info" "$WORK/read.lua")
 read -r RE_RPS RE_P99 < <(run "read, through the egress" "http://127.0.0.1:$EGRESS_PORT/api/users.info" "$WORK/read.lua")
 read -r WD_RPS WD_P99 < <(run "write, direct to the fake" "http://127.0.0.1:$SLACK_PORT/api/chat.postMessage" "$WORK/write.lua")
+redis-cli -p "$REDIS_PORT" CONFIG RESETSTAT >/dev/null
 read -r WE_RPS WE_P99 < <(run "write, through the egress" "http://127.0.0.1:$EGRESS_PORT/api/chat.postMessage" "$WORK/write.lua")
 echo
 echo "== summary (egress / direct)"
 awk -v a="$RE_RPS" -v b="$RD_RPS" -v c="$RE_P99" -v d="$RD_P99" 'BEGIN {printf "read:  throughput %.2f, p99 %.2fx (%.3f vs %.3f ms)\n", a/b, c/d, c, d}'
 awk -v a="$WE_RPS" -v b="$WD_RPS" -v c="$WE_P99" -v d="$WD_P99" 'BEGIN {printf "write: throughput %.2f, p99 %.2fx (%.3f vs %.3f ms)\n", a/b, c/d, c, d}'
-printf 'redis commands per write: %s\n' "$(redis-cli -p "$REDIS_PORT" INFO commandstats | awk -F'[=,:]' '/^cmdstat_/ {s+=$3} END {print s}') total over the run"
+CMDS=$(redis-cli -p "$REDIS_PORT" INFO commandstats | awk -F'[=,:]' '/^cmdstat_/ && !/cmdstat_info/ {s+=$3} END {print s}')
+awk -v c="$CMDS" -v r="$WE_RPS" -v s="$SECS" 'BEGIN {printf "redis commands per write through the egress: %.1f (%d over the phase)\n", c/(r*s), c}'

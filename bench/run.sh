@@ -17,7 +17,7 @@ WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null; rm -rf "$WORK"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-REDIS_PORT=$(port); NGINX_PORT=$(port); GW_PORT=$(port); ADMIN_PORT=$(port); BOT_PORT=$(port)
+REDIS_PORT=$(port); NGINX_PORT=$(port); GW_PORT=$(port); ADMIN_PORT=$(port)
 export SLACK_SIGNING_SECRET=bench-secret BENCH_SECRET=bench-secret
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --save "" --daemonize no >"$WORK/redis.log" 2>&1 &
@@ -97,15 +97,20 @@ HASH_BYTES=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$HASH_KEY")
 RCPT_BYTES=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$RCPT_KEY")
 
 # End to end: the gateway in front of `sim receive`, 1000 events/s: send → bot latency.
-E2E_GW=$(port); E2E_ADMIN=$(port)
-gateway_config e2e "$E2E_GW" "$E2E_ADMIN" "$BOT_PORT" 5m
-$GW sim receive --listen "127.0.0.1:$BOT_PORT" --idle 3 --json >"$WORK/e2e.json" 2>/dev/null &
+# The receiver binds a free port itself and says which: a port picked long before could be taken
+# by now by one of the load generator's many outgoing connections.
+$GW sim receive --listen "127.0.0.1:0" --idle 3 --json >"$WORK/e2e.json" 2>"$WORK/e2e.err" &
 RECV=$!
+for _ in $(seq 100); do grep -q "listening on" "$WORK/e2e.err" 2>/dev/null && break; sleep 0.05; done
+E2E_BOT=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$WORK/e2e.err" | head -1)
+E2E_GW=$(port); E2E_ADMIN=$(port)
+gateway_config e2e "$E2E_GW" "$E2E_ADMIN" "$E2E_BOT" 5m
 RUST_LOG=warn $GW run --config "$WORK/e2e.toml" --data-dir "$WORK/d2" >"$WORK/e2e.log" 2>&1 &
 wait_ready "$E2E_ADMIN"
 E2E_SEND=$(send --url "http://127.0.0.1:$E2E_GW/slack/events" --rate 1000); row "gateway → sim receive, 1000/s" "$E2E_SEND"
 wait $RECV || true
 E2E=$(cat "$WORK/e2e.json")
+[ -n "$E2E" ] || { echo "sim receive reported nothing:"; cat "$WORK/e2e.err"; exit 1; }
 echo "$E2E" | json "'%-34s p50 %7.3f  p99 %7.3f  max %8.3f ms (ms resolution), %d delivered, %d duplicated' % ('send → bot receipt, 1000/s', d['send_to_delivery']['p50_ms'], d['send_to_delivery']['p99_ms'], d['send_to_delivery']['max_ms'], d['received'], d['duplicated'])"
 
 # Backlog drain: DRAIN_N deliveries accepted while the bot is down, then the bot comes up.

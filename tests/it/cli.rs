@@ -58,7 +58,8 @@ async fn run_with_no_redis_url_starts_and_stops_its_own_redis() {
     .unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("gateway.log");
-    let mut child = slackgate()
+    let mut child = KillOnDrop::new(
+        slackgate()
         .args(["run", "--config"])
         .arg(&config)
         .arg("--data-dir")
@@ -66,7 +67,8 @@ async fn run_with_no_redis_url_starts_and_stops_its_own_redis() {
         .env("SG_TEST_SECRET", SECRET)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap(),
+    );
     let port = wait_started(&log, &mut child).await;
     assert_eq!(send(port, Req::signed("/slack/events", event("EvEmbedded"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
@@ -194,14 +196,16 @@ async fn with_a_redis_url_run_writes_nothing_to_disk() {
     let log = logs.path().join("gateway.log");
     // /proc takes no new files, even from root: a working directory (and default data dir)
     // where any write fails, as on a read-only root filesystem.
-    let mut child = slackgate()
+    let mut child = KillOnDrop::new(
+        slackgate()
         .args(["run", "--config"])
         .arg(&config)
         .current_dir("/proc")
         .env("SG_TEST_SECRET", SECRET)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap(),
+    );
     let port = wait_started(&log, &mut child).await;
     assert!(matches!(child.try_wait(), Ok(None)), "serves from a read-only place");
     assert_eq!(send(port, Req::signed("/slack/events", event("EvReadOnly"), SECRET)).await.0, 200);

@@ -44,8 +44,9 @@ async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
     let log = std::fs::File::create(old.file("upgraded.log")).unwrap();
-    let mut new =
-        old.command(&["--upgrade"]).stdout(log.try_clone().unwrap()).stderr(log).stdin(Stdio::null()).spawn().unwrap();
+    let mut new = KillOnDrop::new(
+        old.command(&["--upgrade"]).stdout(log.try_clone().unwrap()).stderr(log).stdin(Stdio::null()).spawn().unwrap(),
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     signal(old.pid(), "QUIT");
     assert!(old.wait_exit(Duration::from_secs(10)).await, "the old process hands over and exits");

@@ -16,12 +16,12 @@ async fn sim_send_and_receive_account_for_every_event() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("manifest.txt");
     let receiver_log = dir.path().join("receive.log");
-    let receiver = sim(&["receive", "--json", "--idle", "2", "--listen", "127.0.0.1:0", "--manifest"])
+    let receiver = KillOnDrop::new(sim(&["receive", "--json", "--idle", "2", "--listen", "127.0.0.1:0", "--manifest"])
         .arg(&manifest)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&receiver_log).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap());
     // It binds any free port and says which.
     let mut bot_addr = String::new();
     let said = eventually(std::time::Duration::from_secs(10), || {
@@ -46,7 +46,7 @@ async fn sim_send_and_receive_account_for_every_event() {
     assert!(sent["requests"].as_u64().unwrap() > 400, "duplicates, pairs and edits were sent too");
     assert!(sent["ack_latency"]["p99_ms"].as_f64().unwrap() > 0.0);
 
-    let out = tokio::task::spawn_blocking(move || receiver.wait_with_output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || receiver.into_inner().wait_with_output().unwrap()).await.unwrap();
     assert!(out.status.success(), "the receiver found nothing lost: {}", String::from_utf8_lossy(&out.stdout));
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(got["lost"], 0, "{got}");

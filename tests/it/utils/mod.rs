@@ -3,12 +3,14 @@
 
 #![allow(dead_code)]
 
+mod child;
 mod fake_slack;
 mod gateway;
 mod receiver;
 mod redis_server;
 mod tls;
 
+pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack};
 pub use gateway::{started_on, Gateway, GatewayConfig};
 pub use receiver::{Receiver, Reply, Reserved};

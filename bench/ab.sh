@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# A/B of two gateway binaries on the ack path, interleaved so that the shared machine's drift
+# falls on both alike: each round starts each binary fresh (new key prefix) in front of nginx
+# `return 200` (a fast bot, so deliveries flow while it acks) and measures closed loop (64 in
+# flight) and open loop at 1000/s. Prints every round, then the median ratio B/A.
+#
+#   bench/ab.sh A_BINARY B_BINARY [SECONDS_PER_PHASE] [ROUNDS]     defaults 8 and 3
+set -euo pipefail
+A=$(realpath "$1"); B=$(realpath "$2"); SECS=${3:-8}; ROUNDS=${4:-3}
+cd "$(dirname "$0")/.."
+command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null; rm -rf "$WORK"' EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+REDIS_PORT=$(port); NGINX_PORT=$(port)
+export BENCH_SECRET=bench-secret
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --save "" >"$WORK/redis.log" 2>&1 &
+cat >"$WORK/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx.err;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK;
+  server { listen 127.0.0.1:$NGINX_PORT; keepalive_requests 1000000; location / { return 200; } }
+}
+NGINX
+nginx -c "$WORK/nginx.conf" &
+sleep 0.5
+run_one() { # binary label round → prints "closed_ok_s open_p99_ms"
+  local gw=$1 name="$2$3" listen admin pid
+  listen=$(port); admin=$(port)
+  cat >"$WORK/$name.toml" <<TOML
+[server]
+listen = "127.0.0.1:$listen"
+admin_listen = "127.0.0.1:$admin"
+[redis]
+url = "redis://127.0.0.1:$REDIS_PORT/"
+key_prefix = "$name"
+[[app]]
+name = "bench"
+signing_secret = "\${BENCH_SECRET}"
+upstream = "http://127.0.0.1:$NGINX_PORT"
+delivery = { max_in_flight = 64 }
+TOML
+  RUST_LOG=warn "$gw" run --config "$WORK/$name.toml" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && break; sleep 0.1; done
+  local url="http://127.0.0.1:$listen/slack/events" closed open
+  closed=$("$B" sim send --json --secret bench-secret --url "$url" --duration "$SECS" --concurrency 64 2>/dev/null | json "d['acked_per_s']")
+  sleep 2 # let the deliveries catch up before the latency phase
+  open=$("$B" sim send --json --secret bench-secret --url "$url" --duration "$SECS" --rate 1000 2>/dev/null | json "d['ack_latency']['p99_ms']")
+  kill -INT "$pid"; wait "$pid" 2>/dev/null || true
+  redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+  echo "$closed $open"
+}
+echo "== $(date -u +%FT%TZ) $(nproc) cores; ${SECS}s per phase, $ROUNDS rounds; A=$A B=$B"
+: >"$WORK/rows"
+for r in $(seq "$ROUNDS"); do
+  a=$(run_one "$A" a "$r"); b=$(run_one "$B" b "$r")
+  printf 'round %d  A closed %6.0f/s  open-1000 p99 %7.3f ms | B closed %6.0f/s  open-1000 p99 %7.3f ms\n' "$r" $a $b
+  echo "$a $b" >>"$WORK/rows"
+done
+python3 - "$WORK/rows" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
+thr = statistics.median(r[2] / r[0] for r in rows)
+p99 = statistics.median(r[3] / r[1] for r in rows)
+print(f"median B/A: closed-loop accepted/s {thr:.2f}, open-loop 1000/s p99 {p99:.2f}")
+PY

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What one acked event costs: a gateway binary in front of nginx `return 200` (a fast bot, so
+# deliveries flow while it acks), closed loop (64 in flight) for SECONDS, then a pause for the
+# deliveries to finish. Prints accepted/s, CPU µs per acked event of the gateway and of Redis
+# (from /proc), and Redis' `INFO commandstats` per acked event (calls and µs; commands run inside
+# scripts are counted too, and their µs are part of the EVALSHA's). `perf` as a third argument
+# also records a profile of the gateway to ./perf.data.
+#
+#   bench/cost.sh [BINARY] [SECONDS] [perf]        defaults target/release/slackgate and 8
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GWBIN=$(realpath "${1:-target/release/slackgate}"); SECS=${2:-8}
+[ -x "$GWBIN" ] || cargo build --release --locked --bin slackgate 2>&1 | tail -1
+command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
+SIM=$GWBIN
+[ -x target/release/slackgate ] && SIM=$(realpath target/release/slackgate)
+W=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$W/nginx.pid" ] && kill "$(cat "$W/nginx.pid")" 2>/dev/null; rm -rf "$W"' EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+RP=$(port); NP=$(port); GP=$(port); AP=$(port)
+export BENCH_SECRET=bench-secret
+redis-server --port "$RP" --bind 127.0.0.1 --dir "$W" --appendonly yes --save "" >"$W/redis.log" 2>&1 &
+REDIS_PID=$!
+cat >"$W/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $W/nginx.pid;
+error_log $W/nginx.err;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $W;
+  server { listen 127.0.0.1:$NP; keepalive_requests 1000000; location / { return 200; } }
+}
+NGINX
+nginx -c "$W/nginx.conf" &
+cat >"$W/gw.toml" <<TOML
+[server]
+listen = "127.0.0.1:$GP"
+admin_listen = "127.0.0.1:$AP"
+[redis]
+url = "redis://127.0.0.1:$RP/"
+[[app]]
+name = "bench"
+signing_secret = "\${BENCH_SECRET}"
+upstream = "http://127.0.0.1:$NP"
+delivery = { max_in_flight = 64 }
+TOML
+RUST_LOG=warn "$GWBIN" run --config "$W/gw.toml" --data-dir "$W/d" >"$W/gw.log" 2>&1 &
+PID=$!
+for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$AP/readyz" && break; sleep 0.1; done
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+redis-cli -p "$RP" CONFIG RESETSTAT >/dev/null
+G0=$(cpu $PID); R0=$(cpu $REDIS_PID)
+if [ "${3:-}" = perf ]; then perf record -F 999 -g -p "$PID" -o perf.data -- sleep "$SECS" >/dev/null 2>&1 & fi
+"$SIM" sim send --json --secret bench-secret --url "http://127.0.0.1:$GP/slack/events" --duration "$SECS" \
+  --concurrency 64 2>/dev/null >"$W/out.json"
+sleep 3
+G1=$(cpu $PID); R1=$(cpu $REDIS_PID)
+redis-cli -p "$RP" INFO commandstats | tr -d '\r' >"$W/cmdstats"
+python3 - "$W/out.json" "$W/cmdstats" "$G0" "$G1" "$R0" "$R1" "$(getconf CLK_TCK)" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1])); n = d["acked"]
+g0, g1, r0, r1, tck = map(int, sys.argv[3:8])
+us = lambda a, b: (b - a) * 1e6 / tck / n
+print(f"== {n} acked in the closed-loop phase, {d['acked_per_s']:.0f}/s")
+print(f"CPU µs per acked event: gateway {us(g0, g1):.1f}, redis {us(r0, r1):.1f}")
+rows, total = [], 0
+for line in open(sys.argv[2]):
+    m = re.match(r"cmdstat_(\S+):calls=(\d+),usec=(\d+)", line)
+    if m and m.group(1) not in ("info", "config|resetstat"):
+        rows.append((m.group(1), int(m.group(2)), int(m.group(3))))
+        total += int(m.group(2))
+print(f"redis commands per acked event: {total / n:.2f}")
+for name, calls, usec in sorted(rows, key=lambda r: -r[2]):
+    print(f"  {name:<16} {calls / n:6.2f} calls  {usec / n:7.2f} µs per acked event  ({usec / max(calls, 1):.1f} µs per call)")
+PY
+if [ "${3:-}" = perf ]; then wait %?perf 2>/dev/null || sleep 1; fi
