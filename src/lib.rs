@@ -21,7 +21,8 @@
 //! - [`policy`]: what to do after an attempt (retry, backoff, give up, dead-letter).
 //! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot.
 //! - [`shared`]: what one process's services share — [`metrics`], [`drain`] (graceful stop and
-//!   in-flight counts), whether the workers run.
+//!   in-flight counts), [`pressure`] (how pressed the ack path is: the ingress publishes it, the
+//!   workers yield to it), whether the workers run.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, stats and the dead-letter API; [`ops`]:
 //!   operator actions for the CLI and the admin API.
 //! - [`clock`]: wall time from tokio's clock (pausable in tests); [`secret`]: secret values.
@@ -44,6 +45,7 @@ pub mod metrics;
 pub mod ops;
 pub mod outbox;
 pub mod policy;
+pub mod pressure;
 pub mod secret;
 pub mod shared;
 pub mod sim;

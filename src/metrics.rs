@@ -56,6 +56,16 @@ pub struct Metrics {
     pub egress_slack_seconds: HistogramVec,
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
     pub connections_closed: IntCounterVec,
+    /// Overload: records admitted and requests shed (503 at once), by app.
+    pub admitted: IntCounterVec,
+    pub shed: IntCounterVec,
+    /// The adaptive limit on pending records, the records pending and the requests waiting.
+    pub admission_limit: IntGauge,
+    pub admission_pending: IntGauge,
+    pub admission_waiting: IntGauge,
+    /// How pressed the ack path is (0–1), and the attempts each app's workers allow themselves.
+    pub ack_pressure: prometheus::Gauge,
+    pub delivery_allowed: IntGaugeVec,
 }
 
 /// The label values of every series with a fixed label set, for [`Metrics::init_app`]. The
@@ -74,6 +84,7 @@ pub struct FixedLabels {
     pub reply_outcomes: Vec<&'static str>,
     pub eviction_reasons: Vec<&'static str>,
     pub close_reasons: Vec<&'static str>,
+    pub shed_reasons: Vec<&'static str>,
     /// `(class, outcome)` of egress calls.
     pub egress: Vec<(&'static str, &'static str)>,
 }
@@ -128,13 +139,28 @@ impl Metrics {
                 r
             )
             .expect("unique metric"),
-            connections_open: register_int_gauge_with_registry!("connections_open", "Slack-facing connections open", r)
-                .expect("unique metric"),
+            connections_open: int_gauge(&r, "connections_open", "Slack-facing connections open"),
             connections_closed: counter(
                 "connections_closed_total",
                 "Slack-facing connections closed by the gateway",
                 &[reason],
             ),
+            admitted: counter("admitted_total", "Records admitted by the ingress's admission", &[app]),
+            shed: counter(
+                "shed_total",
+                "Slack requests answered 503 at once: the store was at its limit",
+                &[app, reason],
+            ),
+            admission_limit: int_gauge(&r, "admission_limit", "The adaptive limit on pending records"),
+            admission_pending: int_gauge(&r, "admission_pending", "Records pending in the store"),
+            admission_waiting: int_gauge(&r, "admission_waiting", "Requests waiting for a record slot"),
+            ack_pressure: prometheus::register_gauge_with_registry!(
+                "ack_pressure",
+                "How pressed the ack path is (0 calm, 1 shedding): the delivery workers yield to it",
+                r
+            )
+            .expect("unique metric"),
+            delivery_allowed: gauge("delivery_allowed", "Attempts the workers allow themselves now (yielding to acks)"),
             egress_calls: counter("egress_calls_total", "Web API calls through the egress", &["class", outcome]),
             egress_pacing_seconds: prometheus::register_histogram_with_registry!(
                 "egress_pacing_seconds",
@@ -172,7 +198,7 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 24] {
+    fn collectors(&self) -> [&dyn Collector; 31] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -195,6 +221,13 @@ impl Metrics {
             &self.outbox_oldest_age_seconds,
             &self.connections_open,
             &self.connections_closed,
+            &self.admitted,
+            &self.shed,
+            &self.admission_limit,
+            &self.admission_pending,
+            &self.admission_waiting,
+            &self.ack_pressure,
+            &self.delivery_allowed,
             &self.egress_calls,
             &self.egress_pacing_seconds,
             &self.egress_slack_seconds,
@@ -216,7 +249,7 @@ impl Metrics {
         for (kind, outcome) in &labels.requests {
             self.requests.with_label_values(&[app, kind, outcome]);
         }
-        let pairs: [(&IntCounterVec, &[&str]); 7] = [
+        let pairs: [(&IntCounterVec, &[&str]); 8] = [
             (&self.slack_retries, &labels.retry_reasons),
             (&self.deliveries, &labels.delivery_outcomes),
             (&self.upstream_responses, &STATUS_CLASSES),
@@ -224,6 +257,7 @@ impl Metrics {
             (&self.ignored, &labels.ignore_reasons),
             (&self.response_url_posts, &labels.reply_outcomes),
             (&self.dead_evicted, &labels.eviction_reasons),
+            (&self.shed, &labels.shed_reasons),
         ];
         for (counter, values) in pairs {
             for value in values {
@@ -235,6 +269,8 @@ impl Metrics {
         }
         self.fence_rejections.with_label_values(&[app]);
         self.cancelled.with_label_values(&[app]);
+        self.admitted.with_label_values(&[app]);
+        self.delivery_allowed.with_label_values(&[app]);
         for h in [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds] {
             h.with_label_values(&[app]);
         }
@@ -260,6 +296,10 @@ impl Metrics {
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     register_int_counter_vec_with_registry!(name, help, labels, r).expect("unique metric")
+}
+
+fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    register_int_gauge_with_registry!(name, help, r).expect("unique metric")
 }
 
 fn gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {

@@ -1,18 +1,21 @@
 //! What the services of one gateway process share — its metrics, its drain and in-flight
-//! counts, whether its delivery workers run — as one value built in `cli` and handed to the
-//! ingress, the delivery service and the admin listener. No process-wide statics: two gateways
-//! can run in one process (a test does).
+//! counts, the ack path's pressure, whether its delivery workers run — as one value built in
+//! `cli` and handed to the ingress, the delivery service and the admin listener. No
+//! process-wide statics: two gateways can run in one process (a test does).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::drain::Drain;
 use crate::metrics::Metrics;
+use crate::pressure::Pressure;
 
 #[derive(Default)]
 pub struct Shared {
     pub metrics: Metrics,
     pub drain: Arc<Drain>,
+    /// Published by the ingress's admission, read by the delivery workers.
+    pub pressure: Arc<Pressure>,
     workers_running: AtomicBool,
 }
 

@@ -143,6 +143,7 @@ fn fixed_labels() -> FixedLabels {
         reply_outcomes: ReplyOutcome::ALL.map(ReplyOutcome::as_label).to_vec(),
         eviction_reasons: Eviction::ALL.map(Eviction::as_label).to_vec(),
         close_reasons: Closed::ALL.map(Closed::as_label).to_vec(),
+        shed_reasons: crate::ingress::Shed::ALL.map(crate::ingress::Shed::as_label).to_vec(),
         egress: ["read", "write"]
             .iter()
             .flat_map(|c| crate::egress::Outcome::ALL.map(|o| (*c, o.as_label())))

@@ -38,6 +38,8 @@ pub struct ServerSection {
     pub body_timeout: Option<String>,
     pub idle_timeout: Option<String>,
     pub max_connections: Option<usize>,
+    pub max_pending: Option<usize>,
+    pub admission_wait: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

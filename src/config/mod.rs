@@ -79,6 +79,15 @@ pub struct ServerConfig {
     /// `host` (port 443) or `host:port`, over https only.
     pub response_url_hosts: Vec<String>,
     pub limits: ListenerLimits,
+    pub admission: AdmissionConfig,
+}
+
+/// Overload: how many records this process keeps pending at most (the adaptive limit's
+/// ceiling), and how long a request may wait for a slot before it is answered 503.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionConfig {
+    pub max_pending: usize,
+    pub wait: Duration,
 }
 
 /// Listening addresses written with port 0 (any free port), each with the address actually

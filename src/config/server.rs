@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::file::{FileConfig, SizeValue};
 use super::values::{check_addr, check_host_entry};
 use super::{interpolate, parse_size, ConfigError, Overrides, RedisConfig, RedisTarget, Secret, ServerConfig};
-use super::{ListenerLimits, Validator};
+use super::{AdmissionConfig, ListenerLimits, Validator};
 
 /// Slack's own webhook host: a late reply is only ever posted there (plus configured hosts).
 pub const SLACK_HOOKS_HOST: &str = "hooks.slack.com";
@@ -62,6 +62,7 @@ impl Validator<'_> {
             admin_hosts,
             response_url_hosts,
             limits: self.limits(raw)?,
+            admission: self.admission(raw, ack_budget)?,
         })
     }
 
@@ -132,6 +133,23 @@ impl Validator<'_> {
             idle_timeout: bounded("server.idle_timeout", &s.idle_timeout, 60)?,
             max_connections,
         })
+    }
+
+    /// `max_pending` and `admission_wait` (default: a quarter of the ack budget).
+    fn admission(&self, raw: &FileConfig, ack_budget: Duration) -> Result<AdmissionConfig, ConfigError> {
+        let s = &raw.server;
+        let max_pending = s.max_pending.unwrap_or(256);
+        if !(1..=100_000).contains(&max_pending) {
+            return Err(self.err("server.max_pending", "must be between 1 and 100000"));
+        }
+        let wait = self.duration("server.admission_wait", &s.admission_wait, ack_budget / 4)?;
+        if wait > ack_budget / 2 {
+            return Err(self.err(
+                "server.admission_wait",
+                "must be at most half of server.ack_budget (the record needs the rest)",
+            ));
+        }
+        Ok(AdmissionConfig { max_pending, wait })
     }
 
     pub(super) fn redis(&self, raw: &FileConfig, ov: &Overrides) -> Result<RedisConfig, ConfigError> {

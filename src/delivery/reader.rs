@@ -20,6 +20,8 @@ use crate::slack::Kind;
 const READ_BLOCK: Duration = Duration::from_secs(1);
 /// At most this many entries per read.
 const BATCH: usize = 64;
+/// While yielding to acks with every allowed attempt running, look again this often.
+const YIELD_POLL: Duration = Duration::from_millis(10);
 
 pub(super) async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) {
     // Its own connection: a blocking XREADGROUP would stall a shared multiplexed one.
@@ -74,13 +76,41 @@ pub(super) async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Recei
 /// Attempt slots for the next read: at least one (waiting for it), then as many more as are
 /// free, up to this shard's share. An entry read is leased, and its lease must not run while it
 /// waits for a slot. `None` when told to stop.
+///
+/// Acks come first: while the ingress is pressed ([`crate::pressure`]) the reader pauses
+/// between reads and the app keeps fewer attempts in flight (down to one), and it is back to
+/// `max_in_flight` once the ingress is calm.
 async fn take_permits(s: &Shard, stop: &mut watch::Receiver<bool>) -> Option<OwnedSemaphorePermit> {
-    let share = (s.app.delivery.max_in_flight / usize::from(s.shards.max(1))).clamp(1, BATCH);
+    let max = s.app.delivery.max_in_flight;
+    let share = (max / usize::from(s.shards.max(1))).clamp(1, BATCH);
+    // (attempts allowed now, attempts in flight)
+    let look = || {
+        let allowed = s.shared.pressure.allowed(max);
+        s.shared.metrics.delivery_allowed.with_label_values(&[&s.app.name]).set(allowed as i64);
+        (allowed, max.saturating_sub(s.permits.available_permits()))
+    };
+    let allowed = loop {
+        let (allowed, in_flight) = look();
+        let pause = s.shared.pressure.pause();
+        if in_flight < allowed && pause.is_zero() {
+            break allowed;
+        }
+        let wait = if in_flight < allowed { pause } else { pause.max(YIELD_POLL) };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return None,
+        }
+        let (allowed, in_flight) = look();
+        if in_flight < allowed {
+            break allowed;
+        }
+    };
     let mut permits = tokio::select! {
         p = s.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
         _ = stop.changed() => return None,
     };
-    let more = s.permits.available_permits().min(share - 1) as u32;
+    let in_flight = max.saturating_sub(s.permits.available_permits());
+    let more = s.permits.available_permits().min(share - 1).min(allowed.saturating_sub(in_flight)) as u32;
     if let Ok(extra) = s.permits.clone().try_acquire_many_owned(more) {
         permits.merge(extra);
     }

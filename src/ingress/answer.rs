@@ -66,6 +66,8 @@ pub enum Outcome {
     BodyTimeout,
     NotFound,
     StoreUnavailable,
+    /// Not admitted: the store was at its limit (503 at once, nothing recorded).
+    Shed,
 }
 
 impl Outcome {
@@ -83,6 +85,7 @@ impl Outcome {
             Outcome::BodyTimeout => "body_timeout",
             Outcome::NotFound => "not_found",
             Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::Shed => "shed",
         }
     }
 }
@@ -90,7 +93,7 @@ impl Outcome {
 /// Every `(kind, outcome)` an app's requests can be counted with (404s name no app).
 pub fn counted() -> Vec<(&'static str, &'static str)> {
     use Outcome::*;
-    let delivery = [Accepted, Duplicate, Ignored, StoreUnavailable];
+    let delivery = [Accepted, Duplicate, Ignored, StoreUnavailable, Shed];
     let table: [(RequestKind, &[Outcome]); 8] = [
         (RequestKind::Event, &[DuplicateMessage]),
         (RequestKind::Command, &[Answered]),
@@ -99,7 +102,7 @@ pub fn counted() -> Vec<(&'static str, &'static str)> {
         (RequestKind::UrlVerification, &[Answered]),
         (RequestKind::SslCheck, &[Answered]),
         (RequestKind::AppRateLimited, &[Ignored]),
-        (RequestKind::Unknown, &[Unauthorized, BadRequest, BadMethod, TooLarge, BodyTimeout]),
+        (RequestKind::Unknown, &[Unauthorized, BadRequest, BadMethod, TooLarge, BodyTimeout, Shed]),
     ];
     let mut out = Vec::new();
     for (kind, extra) in table {
@@ -137,7 +140,7 @@ impl Answer {
         let mut resp = ResponseHeader::build(self.status, Some(2))?;
         resp.insert_header("Content-Type", self.content_type.as_ref())?;
         resp.insert_header("Content-Length", self.body.len().to_string())?;
-        if self.status >= 400 {
+        if self.status >= 400 && !session.is_body_done() {
             session.set_keepalive(None);
         }
         session.write_response_header(Box::new(resp), self.body.is_empty()).await?;

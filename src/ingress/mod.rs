@@ -2,6 +2,7 @@
 //! signature, classify, record in one Redis round trip, ack. Passthrough paths are plainly
 //! reverse-proxied to the app's bot.
 //!
+//! - `admission`: how many records may be pending at once (adaptive); the excess gets 503.
 //! - `answer`: what the gateway answers and how it is counted.
 //! - `slack_route`: the decision for one Slack request (verify, classify, record, inline).
 //! - [`plan`]: what recording a verified delivery will do, decided without the store.
@@ -12,6 +13,7 @@
 //! The phases only move bytes; counting and the one audit line per request happen in Pingora's
 //! `logging` phase, which runs for every request that reached the proxy.
 
+mod admission;
 mod answer;
 mod conn;
 mod inline;
@@ -19,6 +21,7 @@ mod passthrough;
 pub mod plan;
 mod slack_route;
 
+pub use admission::Shed;
 pub use answer::counted as counted_requests;
 pub use conn::{Closed, Guarded};
 
@@ -36,6 +39,7 @@ use crate::live::Live;
 use crate::outbox::{self, Store};
 use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
+use admission::Admission;
 use answer::{Answer, Outcome, RequestKind};
 
 pub struct Ingress {
@@ -51,6 +55,8 @@ pub struct Ingress {
     response_url_hosts: Arc<[String]>,
     /// With the egress on: deletions and edits, for withholding stale replies.
     attribution: Option<crate::egress::Attribution>,
+    /// How many records may be pending at once; the excess is answered 503 at once.
+    admission: Arc<Admission>,
 }
 
 /// Per-request state, from Pingora's `new_ctx` to its `logging`.
@@ -83,7 +89,19 @@ impl Ingress {
         let attribution = config.egress.listen.as_ref().map(|_| {
             crate::egress::Attribution::new(&redis_url, &config.redis.key_prefix, config.egress.attribution_window)
         });
+        let a = &config.server.admission;
+        let m = &shared.metrics;
+        let admission = Admission::new(
+            admission::Settings { max_pending: a.max_pending, wait: a.wait, slow: config.server.ack_budget / 8 },
+            shared.pressure.clone(),
+            admission::Gauges {
+                limit: m.admission_limit.clone(),
+                pending: m.admission_pending.clone(),
+                waiting: m.admission_waiting.clone(),
+            },
+        );
         Ingress {
+            admission,
             attribution,
             response_url_hosts: config.server.response_url_hosts.clone().into(),
             config,
@@ -161,7 +179,10 @@ impl ProxyHttp for Ingress {
                 session.set_read_timeout(Some(self.config.server.limits.body_timeout));
                 return Ok(false);
             }
-            Some((app, RouteKind::Slack)) => self.answer(session, app, &mut ctx.audit).await,
+            Some((app, RouteKind::Slack)) => {
+                let deadline = tokio::time::Instant::from_std(ctx.started) + self.config.server.ack_budget;
+                self.answer(session, app, &mut ctx.audit, deadline).await
+            }
             None => Answer::refuse(404, Outcome::NotFound, "not found\n"),
         };
         ctx.answered = Some((answer.status, answer.kind, answer.outcome));

@@ -4,11 +4,15 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use pingora::proxy::Session;
 use tracing::warn;
 
+use tokio::time::Instant;
+
+use super::admission::Shed;
 use super::answer::{read_body, single_header, Answer, Outcome, RequestKind};
 use super::{inline, plan, Audit, Ingress};
 use crate::clock::{now_ms, now_secs};
@@ -26,7 +30,12 @@ struct Placed {
     plan: plan::Plan,
     keys: ShardKeys,
     received_ms: u64,
+    /// The ack budget's end.
+    deadline: Instant,
 }
+
+/// Slack gives up on an answer after 3 s; an inline answer must leave before this.
+const SLACK_WAITS: Duration = Duration::from_millis(2_900);
 
 /// A verified delivery and what came with it, on its way to the store.
 struct Verified {
@@ -38,7 +47,16 @@ struct Verified {
 
 impl Ingress {
     /// Everything between the request line and the answer for one Slack route.
-    pub(super) async fn answer(&self, session: &mut Session, app: &Arc<AppConfig>, audit: &mut Audit) -> Answer {
+    ///
+    /// `deadline` is the ack budget's end, counted from the request's arrival: no answer that
+    /// depends on the store leaves after it.
+    pub(super) async fn answer(
+        &self,
+        session: &mut Session,
+        app: &Arc<AppConfig>,
+        audit: &mut Audit,
+        deadline: Instant,
+    ) -> Answer {
         let (content_type, body) = match self.verified_body(session, app, audit).await {
             Ok(parts) => parts,
             Err(refusal) => return refusal,
@@ -67,7 +85,7 @@ impl Ingress {
             }
             Request::Delivery(delivery) => {
                 let path = session.req_header().uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-                self.record(app, Verified { delivery, content_type, body, path }, audit).await
+                self.record(app, Verified { delivery, content_type, body, path }, audit, deadline).await
             }
         }
     }
@@ -92,6 +110,15 @@ impl Ingress {
         let (ts, sig) = signature_headers(session);
         slack::precheck(ts, sig, now).map_err(|e| unauthorized(e, audit))?;
         let server = &self.config.server;
+        if !self.admission.has_room() {
+            // Overloaded: answered before the body is verified or parsed. The body is read and
+            // dropped all the same, so that the connection can carry the next request.
+            let drained = tokio::time::timeout(server.limits.body_timeout, session.drain_request_body()).await;
+            if !matches!(drained, Ok(Ok(()))) {
+                session.set_keepalive(None);
+            }
+            return Err(self.shed(app, Shed::Full, RequestKind::Unknown));
+        }
         let body = match tokio::time::timeout(server.limits.body_timeout, read_body(session, server.max_body)).await {
             Ok(read) => read?,
             Err(_) => return Err(Answer::refuse(408, Outcome::BodyTimeout, "request body too slow\n")),
@@ -113,7 +140,7 @@ impl Ingress {
 
     /// Filters, then the one Redis round trip before the ack (bounded by the pre-ack budget),
     /// then for commands and interactions the inline attempt.
-    async fn record(&self, app: &Arc<AppConfig>, v: Verified, audit: &mut Audit) -> Answer {
+    async fn record(&self, app: &Arc<AppConfig>, v: Verified, audit: &mut Audit, deadline: Instant) -> Answer {
         let d = &v.delivery;
         let kind = RequestKind::from(d.kind);
         self.note_change(d);
@@ -145,11 +172,18 @@ impl Ingress {
             detail: &d.detail,
             response_url: d.response_url.as_deref().unwrap_or(""),
         };
-        let recorded = match self.store_record(app, &keys, &new).await {
+        let slot = match self.admission.admit(deadline).await {
+            Ok(slot) => slot,
+            Err(shed) => return self.shed(app, shed, kind),
+        };
+        self.shared.metrics.admitted.with_label_values(&[&app.name]).inc();
+        let recorded = self.store_record(app, &keys, &new, deadline).await;
+        drop(slot);
+        let recorded = match recorded {
             Ok(r) => r,
             Err(refusal) => return refusal,
         };
-        self.recorded(app, recorded, Placed { plan, keys, received_ms }, v, audit).await
+        self.recorded(app, recorded, Placed { plan, keys, received_ms, deadline }, v, audit).await
     }
 
     /// A deletion or an edit, for the egress: in the background (the ack does not wait), and
@@ -163,8 +197,22 @@ impl Ingress {
         tokio::spawn(async move { att.changed(&m).await });
     }
 
-    /// The record itself, within the ack budget; a 503 (Slack retries) when it cannot be made.
-    async fn store_record(&self, app: &AppConfig, keys: &ShardKeys, new: &NewDelivery<'_>) -> Result<Recorded, Answer> {
+    /// Not admitted: 503 at once, nothing recorded (Slack retries).
+    fn shed(&self, app: &AppConfig, why: Shed, kind: RequestKind) -> Answer {
+        self.shared.metrics.shed.with_label_values(&[&app.name, why.as_label()]).inc();
+        let mut a = Answer::refuse(503, Outcome::Shed, "overloaded, retry later\n");
+        a.kind = kind;
+        a
+    }
+
+    /// The record itself, by the deadline; a 503 (Slack retries) when it cannot be made.
+    async fn store_record(
+        &self,
+        app: &AppConfig,
+        keys: &ShardKeys,
+        new: &NewDelivery<'_>,
+        deadline: Instant,
+    ) -> Result<Recorded, Answer> {
         let unavailable = |why: &str| {
             self.shared.metrics.store_errors.with_label_values(&[&app.name, StoreOp::Record.as_label()]).inc();
             warn!(app = %app.name, error = why, "cannot record; answering 503 so Slack retries");
@@ -173,7 +221,7 @@ impl Ingress {
             a
         };
         let store = self.store().map_err(|e| unavailable(&e.to_string()))?;
-        match tokio::time::timeout(self.config.server.ack_budget, store.record(keys, new)).await {
+        match tokio::time::timeout_at(deadline, store.record(keys, new)).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(unavailable(&e.to_string())),
             Err(_) => Err(unavailable("the pre-ack budget ran out")),
@@ -189,7 +237,7 @@ impl Ingress {
         v: Verified,
         audit: &mut Audit,
     ) -> Answer {
-        let Placed { plan, keys, received_ms } = at;
+        let Placed { plan, keys, received_ms, deadline } = at;
         let kind = RequestKind::from(v.delivery.kind);
         let cancelled = match recorded {
             Recorded::Duplicate(original) => {
@@ -230,6 +278,8 @@ impl Ingress {
             body: v.body,
             received_ms,
         };
-        inline::run(job, budget).await
+        // However long the record took, the answer still leaves inside Slack's 3 s.
+        let arrived = deadline.checked_sub(self.config.server.ack_budget).unwrap_or(deadline);
+        inline::run(job, budget.min((arrived + SLACK_WAITS).saturating_duration_since(Instant::now()))).await
     }
 }

@@ -60,14 +60,14 @@ async fn run_with_no_redis_url_starts_and_stops_its_own_redis() {
     let log = dir.path().join("gateway.log");
     let mut child = KillOnDrop::new(
         slackgate()
-        .args(["run", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(&data)
-        .env("SG_TEST_SECRET", SECRET)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap(),
+            .args(["run", "--config"])
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .env("SG_TEST_SECRET", SECRET)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
     );
     let port = wait_started(&log, &mut child).await;
     assert_eq!(send(port, Req::signed("/slack/events", event("EvEmbedded"), SECRET)).await.0, 200);
@@ -198,13 +198,13 @@ async fn with_a_redis_url_run_writes_nothing_to_disk() {
     // where any write fails, as on a read-only root filesystem.
     let mut child = KillOnDrop::new(
         slackgate()
-        .args(["run", "--config"])
-        .arg(&config)
-        .current_dir("/proc")
-        .env("SG_TEST_SECRET", SECRET)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap(),
+            .args(["run", "--config"])
+            .arg(&config)
+            .current_dir("/proc")
+            .env("SG_TEST_SECRET", SECRET)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
     );
     let port = wait_started(&log, &mut child).await;
     assert!(matches!(child.try_wait(), Ok(None)), "serves from a read-only place");

@@ -15,5 +15,6 @@ mod interactive;
 mod lifecycle;
 mod messages;
 mod operate;
+mod overload;
 mod sim;
 mod store_outage;

@@ -16,12 +16,14 @@ async fn sim_send_and_receive_account_for_every_event() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("manifest.txt");
     let receiver_log = dir.path().join("receive.log");
-    let receiver = KillOnDrop::new(sim(&["receive", "--json", "--idle", "2", "--listen", "127.0.0.1:0", "--manifest"])
-        .arg(&manifest)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&receiver_log).unwrap())
-        .spawn()
-        .unwrap());
+    let receiver = KillOnDrop::new(
+        sim(&["receive", "--json", "--idle", "2", "--listen", "127.0.0.1:0", "--manifest"])
+            .arg(&manifest)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&receiver_log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     // It binds any free port and says which.
     let mut bot_addr = String::new();
     let said = eventually(std::time::Duration::from_secs(10), || {

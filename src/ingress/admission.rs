@@ -1,0 +1,385 @@
+//! Admission: the ingress records at most as many deliveries at once as the store can record in
+//! time, and answers the excess at once with 503 (Slack retries it) instead of letting it queue
+//! past Slack's deadline (DESIGN "Overload").
+//!
+//! - The **limit** on pending records adapts to measured record latency, in the manner of
+//!   Netflix's Gradient2: every window of [`WINDOW`] compares the window's mean latency (short)
+//!   with a slow average of past windows (long). While short stays within [`TOLERANCE`] × long
+//!   the limit grows by √limit per window, unless the ingress does not use half of it; beyond
+//!   that it shrinks in proportion, and at once by half when a window's records took longer
+//!   than `slow`. Bounded by `[server] max_pending` and [`MIN_LIMIT`].
+//! - A request that finds no free slot **waits** for one, newest first (adaptive LIFO: under a
+//!   flood the requests served are the fresh ones, and an old one gives up instead of being
+//!   served late), at most `[server] admission_wait` and never past its deadline. At most
+//!   `limit` requests wait; beyond that a request is shed before its body is even verified.
+//! - Every decision is a sample for [`Pressure`], which the delivery workers read.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use prometheus::IntGauge;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::pressure::Pressure;
+
+/// Records are grouped into windows this long before the limit moves.
+pub const WINDOW: Duration = Duration::from_millis(50);
+/// Short latency may exceed the long average by this factor before the limit shrinks.
+const TOLERANCE: f64 = 1.5;
+/// The limit never falls below this (or `max_pending`, when smaller).
+pub const MIN_LIMIT: usize = 4;
+
+/// `[server] max_pending` and `admission_wait`, plus the record latency that counts as slow.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub max_pending: usize,
+    pub wait: Duration,
+    /// A record slower than this presses (the pressure signal) and halves the limit.
+    pub slow: Duration,
+}
+
+/// The admission gauges (process-wide).
+#[derive(Clone)]
+pub struct Gauges {
+    pub limit: IntGauge,
+    pub pending: IntGauge,
+    pub waiting: IntGauge,
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shed {
+    /// Every slot taken and the queue full: answered before the body is read.
+    Full,
+    /// No slot came free within its share of the ack budget.
+    Waited,
+}
+
+impl Shed {
+    pub const ALL: [Shed; 2] = [Shed::Full, Shed::Waited];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            Shed::Full => "full",
+            Shed::Waited => "waited",
+        }
+    }
+}
+
+pub struct Admission {
+    state: Mutex<State>,
+    settings: Settings,
+    floor: f64,
+    pressure: Arc<Pressure>,
+    gauges: Gauges,
+}
+
+struct State {
+    limit: f64,
+    pending: usize,
+    /// Newest at the back; a waiter that gave up leaves a closed sender behind.
+    waiting: VecDeque<oneshot::Sender<()>>,
+    window: Window,
+    /// The slow average of window latencies, in µs (0 before the first window).
+    long_us: f64,
+}
+
+struct Window {
+    started: Instant,
+    sum_us: f64,
+    n: u32,
+    /// The most records pending at once during the window.
+    peak: usize,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window { started: Instant::now(), sum_us: 0.0, n: 0, peak: 0 }
+    }
+}
+
+/// One admitted record's slot, given back (with its latency) when dropped.
+pub struct Slot {
+    admission: Arc<Admission>,
+    since: Instant,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.admission.release(self.since.elapsed());
+    }
+}
+
+impl Admission {
+    pub fn new(settings: Settings, pressure: Arc<Pressure>, gauges: Gauges) -> Arc<Admission> {
+        let max = settings.max_pending.max(1) as f64;
+        let floor = (MIN_LIMIT as f64).min(max);
+        let limit = (max / 4.0).clamp(floor, max);
+        gauges.limit.set(limit as i64);
+        let state = State { limit, pending: 0, waiting: VecDeque::new(), window: Window::new(), long_us: 0.0 };
+        Arc::new(Admission { state: Mutex::new(state), settings, floor, pressure, gauges })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding it would have to come from arithmetic on floats; carry on.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current limit on pending records.
+    #[cfg(test)]
+    pub fn limit(&self) -> usize {
+        self.lock().limit as usize
+    }
+
+    /// A cheap look before the body is read: is there a free slot or a place in the queue?
+    pub fn has_room(&self) -> bool {
+        let mut st = self.lock();
+        st.purge_gone();
+        let limit = st.limit as usize;
+        let room = st.pending < limit || st.waiting.len() < limit;
+        drop(st);
+        if !room {
+            self.pressure.sample(true);
+        }
+        room
+    }
+
+    /// A slot for one record, waiting for one at most `admission_wait` and never past
+    /// `deadline`.
+    pub async fn admit(self: &Arc<Self>, deadline: Instant) -> Result<Slot, Shed> {
+        let rx = {
+            let mut st = self.lock();
+            st.purge_gone();
+            let limit = st.limit as usize;
+            // A free slot means nobody live is waiting: a release hands its slot on at once.
+            if st.pending < limit {
+                return Ok(self.take(&mut st));
+            }
+            if st.waiting.len() >= limit {
+                drop(st);
+                self.pressure.sample(true);
+                return Err(Shed::Full);
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiting.push_back(tx);
+            self.gauges.waiting.set(st.waiting.len() as i64);
+            rx
+        };
+        self.pressure.sample(true);
+        let until = deadline.min(Instant::now() + self.settings.wait);
+        let mut rx = rx;
+        let granted = match tokio::time::timeout_at(until, &mut rx).await {
+            Ok(r) => r.is_ok(),
+            Err(_) => {
+                // Closing first settles a race with a grant sent just now: it is either seen
+                // here (and used) or never sent.
+                rx.close();
+                rx.try_recv().is_ok()
+            }
+        };
+        // The granter counted the slot as pending already.
+        if granted {
+            Ok(Slot { admission: self.clone(), since: Instant::now() })
+        } else {
+            Err(Shed::Waited)
+        }
+    }
+
+    fn take(self: &Arc<Self>, st: &mut State) -> Slot {
+        st.pending += 1;
+        st.window.peak = st.window.peak.max(st.pending);
+        self.gauges.pending.set(st.pending as i64);
+        Slot { admission: self.clone(), since: Instant::now() }
+    }
+
+    fn release(&self, took: Duration) {
+        let slow = took > self.settings.slow;
+        {
+            let mut st = self.lock();
+            st.pending -= 1;
+            st.observe(took, &self.settings, self.floor);
+            // Hand free slots to the newest waiters still there.
+            while st.pending < st.limit as usize {
+                let Some(tx) = st.waiting.pop_back() else { break };
+                if tx.send(()).is_ok() {
+                    st.pending += 1;
+                    st.window.peak = st.window.peak.max(st.pending);
+                }
+            }
+            self.gauges.pending.set(st.pending as i64);
+            self.gauges.waiting.set(st.waiting.len() as i64);
+            self.gauges.limit.set(st.limit as i64);
+        }
+        self.pressure.sample(slow);
+    }
+}
+
+impl State {
+    /// Drop the waiters that gave up (oldest first: with LIFO service they sit at the front).
+    fn purge_gone(&mut self) {
+        while self.waiting.front().is_some_and(|tx| tx.is_closed()) {
+            self.waiting.pop_front();
+        }
+    }
+
+    /// Add one record's latency to the window; at the window's end, move the limit.
+    fn observe(&mut self, took: Duration, settings: &Settings, floor: f64) {
+        self.window.sum_us += took.as_micros() as f64;
+        self.window.n += 1;
+        if self.window.started.elapsed() < WINDOW {
+            return;
+        }
+        let short = (self.window.sum_us / f64::from(self.window.n)).max(1.0);
+        let peak = self.window.peak;
+        self.window = Window::new();
+        self.window.peak = self.pending;
+        self.long_us = if self.long_us == 0.0 { short } else { self.long_us * 0.95 + short * 0.05 };
+        if self.long_us > 2.0 * short {
+            // A spike is over: let the baseline come down fast.
+            self.long_us *= 0.9;
+        }
+        let max = settings.max_pending as f64;
+        self.limit = if short > settings.slow.as_micros() as f64 {
+            self.limit / 2.0
+        } else {
+            let gradient = (TOLERANCE * self.long_us / short).clamp(0.5, 1.0);
+            if gradient >= 1.0 {
+                let used = peak as f64 >= self.limit / 2.0;
+                if used {
+                    self.limit + self.limit.sqrt() / 2.0
+                } else {
+                    self.limit
+                }
+            } else {
+                self.limit * (0.8 + 0.2 * gradient)
+            }
+        }
+        .clamp(floor, max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(max_pending: usize, wait_ms: u64) -> Arc<Admission> {
+        let g = |n: &str| IntGauge::new(n, n).unwrap();
+        let gauges = Gauges { limit: g("limit"), pending: g("pending"), waiting: g("waiting") };
+        let settings = Settings { max_pending, wait: Duration::from_millis(wait_ms), slow: Duration::from_millis(250) };
+        Admission::new(settings, Arc::new(Pressure::default()), gauges)
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(2)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slots_up_to_the_limit_then_a_bounded_queue_then_shed_at_once() {
+        let a = admission(4, 100);
+        assert_eq!(a.limit(), 4);
+        let mut slots = Vec::new();
+        for _ in 0..4 {
+            slots.push(a.admit(far()).await.unwrap());
+        }
+        // Four may wait; the fifth is refused without waiting.
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                tokio::spawn({
+                    let a = a.clone();
+                    async move { a.admit(far()).await.map(|_| ()) }
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert_eq!(a.lock().waiting.len(), 4);
+        assert!(!a.has_room());
+        assert_eq!(a.admit(far()).await.err(), Some(Shed::Full));
+        // Nobody frees a slot: each waiter gives up after `admission_wait`.
+        tokio::time::advance(Duration::from_millis(101)).await;
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), Err(Shed::Waited));
+        }
+        assert!(a.has_room(), "the ones that gave up no longer hold places");
+        drop(slots);
+        assert_eq!(a.lock().pending, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_freed_slot_goes_to_the_newest_waiter_and_none_is_lost() {
+        let a = admission(2, 1_000);
+        let first = a.admit(far()).await.unwrap();
+        let _second = a.admit(far()).await.unwrap();
+        let older = tokio::spawn({
+            let a = a.clone();
+            async move { a.admit(far()).await.is_ok() }
+        });
+        tokio::task::yield_now().await;
+        let newer = tokio::spawn({
+            let a = a.clone();
+            async move { a.admit(far()).await.is_ok() }
+        });
+        tokio::task::yield_now().await;
+        drop(first);
+        assert!(newer.await.unwrap(), "newest first");
+        // The grant went to a live waiter and was released again when it was dropped: the
+        // older one is served next.
+        assert!(older.await.unwrap());
+        assert_eq!(a.lock().pending, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_wait_outlasts_the_deadline() {
+        let a = admission(1, 10_000);
+        let _held = a.admit(far()).await.unwrap();
+        let deadline = Instant::now() + Duration::from_millis(30);
+        let t = Instant::now();
+        assert_eq!(a.admit(deadline).await.err(), Some(Shed::Waited));
+        assert_eq!(t.elapsed(), Duration::from_millis(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_limit_grows_while_used_and_fast_and_halves_when_records_are_slow() {
+        let a = admission(256, 100);
+        let start = a.limit();
+        assert_eq!(start, 64);
+        // Fast records, the limit fully used: it grows.
+        for _ in 0..20 {
+            let slots: Vec<_> = (0..a.limit()).map(|_| a.take(&mut a.lock())).collect();
+            tokio::time::advance(WINDOW).await;
+            drop(slots);
+        }
+        let grown = a.limit();
+        assert!(grown > start, "{grown}");
+        // Records slower than `slow`: halved per window, down to the floor.
+        for _ in 0..12 {
+            let slot = a.take(&mut a.lock());
+            tokio::time::advance(Duration::from_millis(300)).await;
+            drop(slot);
+        }
+        assert_eq!(a.limit(), MIN_LIMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unused_limit_does_not_grow() {
+        let a = admission(256, 100);
+        for _ in 0..50 {
+            let slot = a.take(&mut a.lock());
+            tokio::time::advance(WINDOW).await;
+            drop(slot);
+        }
+        assert_eq!(a.limit(), 64);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_and_shedding_press_the_workers() {
+        let a = admission(1, 10);
+        assert_eq!(a.pressure.level(), 0.0);
+        let _held = a.admit(far()).await.unwrap();
+        for _ in 0..5 {
+            let _ = a.admit(far()).await;
+        }
+        assert!(a.pressure.level() > 0.5, "{}", a.pressure.level());
+    }
+}
