@@ -291,7 +291,11 @@ impl Admin {
             return Err(AdminError::Refused(Refusal::Host));
         }
         match path.as_str() {
-            "/metrics" => return Ok(reply(StatusCode::OK, "text/plain; version=0.0.4", self.shared.metrics.render())),
+            "/metrics" => {
+                // The pressure decays with time, so it is read when asked for.
+                self.shared.metrics.overload.pressure.set(self.shared.pressure.level());
+                return Ok(reply(StatusCode::OK, "text/plain; version=0.0.4", self.shared.metrics.render()));
+            }
             "/readyz" => {
                 return match self.ready().await {
                     Ok(detail) => Ok(text(StatusCode::OK, &detail)),

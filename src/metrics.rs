@@ -48,24 +48,10 @@ pub struct Metrics {
     pub outbox_oldest_age_seconds: GaugeVec,
     /// Slack-facing connections open now.
     pub connections_open: IntGauge,
-    /// Web API calls through the egress, by class (read, write) and outcome.
-    pub egress_calls: IntCounterVec,
-    /// How long writes waited for their channel's pace.
-    pub egress_pacing_seconds: prometheus::Histogram,
-    /// Slack's latency as the egress saw it, by class.
-    pub egress_slack_seconds: HistogramVec,
+    pub egress: Egress,
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
     pub connections_closed: IntCounterVec,
-    /// Overload: records admitted and requests shed (503 at once), by app.
-    pub admitted: IntCounterVec,
-    pub shed: IntCounterVec,
-    /// The adaptive limit on pending records, the records pending and the requests waiting.
-    pub admission_limit: IntGauge,
-    pub admission_pending: IntGauge,
-    pub admission_waiting: IntGauge,
-    /// How pressed the ack path is (0–1), and the attempts each app's workers allow themselves.
-    pub ack_pressure: prometheus::Gauge,
-    pub delivery_allowed: IntGaugeVec,
+    pub overload: Overload,
 }
 
 /// The label values of every series with a fixed label set, for [`Metrics::init_app`]. The
@@ -87,6 +73,77 @@ pub struct FixedLabels {
     pub shed_reasons: Vec<&'static str>,
     /// `(class, outcome)` of egress calls.
     pub egress: Vec<(&'static str, &'static str)>,
+}
+
+/// Admission and yielding (DESIGN "Overload").
+pub struct Overload {
+    /// Records admitted and requests shed (503 at once), by app.
+    pub admitted: IntCounterVec,
+    pub shed: IntCounterVec,
+    /// The adaptive limit on pending records, the records pending and the requests waiting.
+    pub limit: IntGauge,
+    pub pending: IntGauge,
+    pub waiting: IntGauge,
+    /// How pressed the ack path is (0–1), set when scraped.
+    pub pressure: prometheus::Gauge,
+    /// The attempts each app's workers allow themselves now.
+    pub delivery_allowed: IntGaugeVec,
+}
+
+impl Overload {
+    fn new(r: &Registry) -> Overload {
+        Overload {
+            admitted: counter(r, "admitted_total", "Records admitted by the ingress's admission", &["app"]),
+            shed: counter(
+                r,
+                "shed_total",
+                "Slack requests answered 503 at once: the store was at its limit",
+                &["app", "reason"],
+            ),
+            limit: int_gauge(r, "admission_limit", "The adaptive limit on pending records"),
+            pending: int_gauge(r, "admission_pending", "Records pending in the store"),
+            waiting: int_gauge(r, "admission_waiting", "Requests waiting for a record slot"),
+            pressure: prometheus::register_gauge_with_registry!(
+                "ack_pressure",
+                "How pressed the ack path is (0 calm, 1 shedding): the delivery workers yield to it",
+                r
+            )
+            .expect("unique metric"),
+            delivery_allowed: gauge(r, "delivery_allowed", "Attempts the workers allow themselves now"),
+        }
+    }
+}
+
+/// The egress for the Slack Web API.
+pub struct Egress {
+    pub calls: IntCounterVec,
+    /// Time writes waited for their channel's pace.
+    pub pacing_seconds: prometheus::Histogram,
+    /// Slack's latency as the egress saw it, by class (read, write).
+    pub slack_seconds: HistogramVec,
+}
+
+impl Egress {
+    fn new(r: &Registry, buckets: &[f64]) -> Egress {
+        Egress {
+            calls: counter(r, "egress_calls_total", "Web API calls through the egress", &["class", "outcome"]),
+            pacing_seconds: prometheus::register_histogram_with_registry!(
+                "egress_pacing_seconds",
+                "Time writes waited for their channel's pace",
+                buckets.to_vec(),
+                r
+            )
+            .expect("unique metric"),
+            slack_seconds: register_histogram_vec_with_registry!(
+                "egress_slack_seconds",
+                "Slack's latency as the egress saw it",
+                &["class"],
+                buckets.to_vec(),
+                r
+            )
+            .expect("unique metric"),
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -145,38 +202,8 @@ impl Metrics {
                 "Slack-facing connections closed by the gateway",
                 &[reason],
             ),
-            admitted: counter("admitted_total", "Records admitted by the ingress's admission", &[app]),
-            shed: counter(
-                "shed_total",
-                "Slack requests answered 503 at once: the store was at its limit",
-                &[app, reason],
-            ),
-            admission_limit: int_gauge(&r, "admission_limit", "The adaptive limit on pending records"),
-            admission_pending: int_gauge(&r, "admission_pending", "Records pending in the store"),
-            admission_waiting: int_gauge(&r, "admission_waiting", "Requests waiting for a record slot"),
-            ack_pressure: prometheus::register_gauge_with_registry!(
-                "ack_pressure",
-                "How pressed the ack path is (0 calm, 1 shedding): the delivery workers yield to it",
-                r
-            )
-            .expect("unique metric"),
-            delivery_allowed: gauge("delivery_allowed", "Attempts the workers allow themselves now (yielding to acks)"),
-            egress_calls: counter("egress_calls_total", "Web API calls through the egress", &["class", outcome]),
-            egress_pacing_seconds: prometheus::register_histogram_with_registry!(
-                "egress_pacing_seconds",
-                "Time writes waited for their channel's pace",
-                slow.clone(),
-                r
-            )
-            .expect("unique metric"),
-            egress_slack_seconds: register_histogram_vec_with_registry!(
-                "egress_slack_seconds",
-                "Slack's latency as the egress saw it",
-                &["class"],
-                slow.clone(),
-                r
-            )
-            .expect("unique metric"),
+            overload: Overload::new(&r),
+            egress: Egress::new(&r, &slow),
             registry: r,
         }
     }
@@ -193,8 +220,8 @@ impl Metrics {
 
     /// The histogram families (queried as `_bucket`, `_sum` and `_count`), with the prefix.
     pub fn histogram_names(&self) -> Vec<String> {
-        let vecs = [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds, &self.egress_slack_seconds];
-        let descs = vecs.iter().flat_map(|h| h.desc()).chain(self.egress_pacing_seconds.desc());
+        let vecs = [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds, &self.egress.slack_seconds];
+        let descs = vecs.iter().flat_map(|h| h.desc()).chain(self.egress.pacing_seconds.desc());
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
@@ -221,16 +248,16 @@ impl Metrics {
             &self.outbox_oldest_age_seconds,
             &self.connections_open,
             &self.connections_closed,
-            &self.admitted,
-            &self.shed,
-            &self.admission_limit,
-            &self.admission_pending,
-            &self.admission_waiting,
-            &self.ack_pressure,
-            &self.delivery_allowed,
-            &self.egress_calls,
-            &self.egress_pacing_seconds,
-            &self.egress_slack_seconds,
+            &self.overload.admitted,
+            &self.overload.shed,
+            &self.overload.limit,
+            &self.overload.pending,
+            &self.overload.waiting,
+            &self.overload.pressure,
+            &self.overload.delivery_allowed,
+            &self.egress.calls,
+            &self.egress.pacing_seconds,
+            &self.egress.slack_seconds,
         ]
     }
 
@@ -257,7 +284,7 @@ impl Metrics {
             (&self.ignored, &labels.ignore_reasons),
             (&self.response_url_posts, &labels.reply_outcomes),
             (&self.dead_evicted, &labels.eviction_reasons),
-            (&self.shed, &labels.shed_reasons),
+            (&self.overload.shed, &labels.shed_reasons),
         ];
         for (counter, values) in pairs {
             for value in values {
@@ -269,8 +296,8 @@ impl Metrics {
         }
         self.fence_rejections.with_label_values(&[app]);
         self.cancelled.with_label_values(&[app]);
-        self.admitted.with_label_values(&[app]);
-        self.delivery_allowed.with_label_values(&[app]);
+        self.overload.admitted.with_label_values(&[app]);
+        self.overload.delivery_allowed.with_label_values(&[app]);
         for h in [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds] {
             h.with_label_values(&[app]);
         }
@@ -282,7 +309,7 @@ impl Metrics {
             self.connections_closed.with_label_values(&[reason]);
         }
         for (class, outcome) in &labels.egress {
-            self.egress_calls.with_label_values(&[class, outcome]);
+            self.egress.calls.with_label_values(&[class, outcome]);
         }
     }
 

@@ -81,16 +81,8 @@ impl Validator<'_> {
             None => DEFAULT_WRITE_METHODS.iter().map(|m| m.to_string()).collect(),
             Some(list) => list.clone(),
         };
-        let rerun_replay = match e.rerun.as_deref() {
-            None | Some("off") => false,
-            Some("replay") => true,
-            Some(other) => return Err(self.err(&key("rerun"), format!("`{other}`: use \"off\" or \"replay\""))),
-        };
-        let withhold_edited = match e.on_edited.as_deref() {
-            None | Some("post") => false,
-            Some("withhold") => true,
-            Some(other) => return Err(self.err(&key("on_edited"), format!("`{other}`: use \"post\" or \"withhold\""))),
-        };
+        let rerun_replay = self.switch(&key("rerun"), e.rerun.as_deref(), ("off", "replay"))?;
+        let withhold_edited = self.switch(&key("on_edited"), e.on_edited.as_deref(), ("post", "withhold"))?;
         let pace_per_second = e.pace_per_second.unwrap_or(1.0);
         if !(0.01..=1000.0).contains(&pace_per_second) {
             return Err(self.err(&key("pace_per_second"), "must be between 0.01 and 1000"));
@@ -120,5 +112,15 @@ impl Validator<'_> {
             timeout: positive("timeout", &e.timeout, Duration::from_secs(10))?,
             evidence_window: positive("evidence_window", &e.evidence_window, Duration::from_secs(3))?,
         })
+    }
+
+    /// A two-way setting: `false` for `off` (the default), `true` for `on`.
+    fn switch(&self, key: &str, value: Option<&str>, (off, on): (&str, &str)) -> Result<bool, ConfigError> {
+        match value {
+            None => Ok(false),
+            Some(v) if v == off => Ok(false),
+            Some(v) if v == on => Ok(true),
+            Some(other) => Err(self.err(key, format!("`{other}`: use \"{off}\" or \"{on}\""))),
+        }
     }
 }

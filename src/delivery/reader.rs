@@ -86,7 +86,7 @@ async fn take_permits(s: &Shard, stop: &mut watch::Receiver<bool>) -> Option<Own
     // (attempts allowed now, attempts in flight)
     let look = || {
         let allowed = s.shared.pressure.allowed(max);
-        s.shared.metrics.delivery_allowed.with_label_values(&[&s.app.name]).set(allowed as i64);
+        s.shared.metrics.overload.delivery_allowed.with_label_values(&[&s.app.name]).set(allowed as i64);
         (allowed, max.saturating_sub(s.permits.available_permits()))
     };
     let allowed = loop {

@@ -155,14 +155,14 @@ impl Egress {
     }
 
     fn count(&self, class: &str, outcome: Outcome) {
-        self.shared.metrics.egress_calls.with_label_values(&[class, outcome.as_label()]).inc();
+        self.shared.metrics.egress.calls.with_label_values(&[class, outcome.as_label()]).inc();
     }
 
     /// A read (or an unknown method): straight to Slack and back, with no Redis on its path.
     async fn read(&self, call: &Call) -> Reply {
         let started = std::time::Instant::now();
         let result = self.slack.forward(call, self.cfg().timeout).await;
-        self.shared.metrics.egress_slack_seconds.with_label_values(&["read"]).observe(started.elapsed().as_secs_f64());
+        self.shared.metrics.egress.slack_seconds.with_label_values(&["read"]).observe(started.elapsed().as_secs_f64());
         match result {
             Ok(r) => Reply::new(cached(r), Outcome::Forwarded),
             Err(e) => {

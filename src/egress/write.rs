@@ -290,7 +290,7 @@ impl Egress {
             let per = Duration::from_secs_f64(1.0 / c.pace_per_second);
             match store.pace(place, now_ms(), per, c.pace_burst, c.max_wait).await {
                 Ok(Some(wait)) => {
-                    self.shared.metrics.egress_pacing_seconds.observe(wait.as_secs_f64());
+                    self.shared.metrics.egress.pacing_seconds.observe(wait.as_secs_f64());
                     tokio::time::sleep(wait).await;
                 }
                 Ok(None) => {
@@ -315,7 +315,7 @@ impl Egress {
             let sent_ms = now_ms();
             let t = Instant::now();
             let result = self.slack.forward(&w.call, self.cfg().timeout).await;
-            self.shared.metrics.egress_slack_seconds.with_label_values(&["write"]).observe(t.elapsed().as_secs_f64());
+            self.shared.metrics.egress.slack_seconds.with_label_values(&["write"]).observe(t.elapsed().as_secs_f64());
             match result {
                 Ok(r) if r.status == 429 => {
                     let after = r.retry_after.unwrap_or(Duration::from_secs(1));

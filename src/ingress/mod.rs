@@ -95,9 +95,9 @@ impl Ingress {
             admission::Settings { max_pending: a.max_pending, wait: a.wait, slow: config.server.ack_budget / 8 },
             shared.pressure.clone(),
             admission::Gauges {
-                limit: m.admission_limit.clone(),
-                pending: m.admission_pending.clone(),
-                waiting: m.admission_waiting.clone(),
+                limit: m.overload.limit.clone(),
+                pending: m.overload.pending.clone(),
+                waiting: m.overload.waiting.clone(),
             },
         );
         Ingress {

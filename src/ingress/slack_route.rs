@@ -176,7 +176,7 @@ impl Ingress {
             Ok(slot) => slot,
             Err(shed) => return self.shed(app, shed, kind),
         };
-        self.shared.metrics.admitted.with_label_values(&[&app.name]).inc();
+        self.shared.metrics.overload.admitted.with_label_values(&[&app.name]).inc();
         let recorded = self.store_record(app, &keys, &new, deadline).await;
         drop(slot);
         let recorded = match recorded {
@@ -199,7 +199,7 @@ impl Ingress {
 
     /// Not admitted: 503 at once, nothing recorded (Slack retries).
     fn shed(&self, app: &AppConfig, why: Shed, kind: RequestKind) -> Answer {
-        self.shared.metrics.shed.with_label_values(&[&app.name, why.as_label()]).inc();
+        self.shared.metrics.overload.shed.with_label_values(&[&app.name, why.as_label()]).inc();
         let mut a = Answer::refuse(503, Outcome::Shed, "overloaded, retry later\n");
         a.kind = kind;
         a
