@@ -3,15 +3,22 @@
 //! past Slack's deadline (DESIGN "Overload").
 //!
 //! - The **limit** on pending records adapts to measured record latency, in the manner of
-//!   Netflix's Gradient2: every window of [`WINDOW`] compares the window's mean latency (short)
-//!   with a slow average of past windows (long). While short stays within [`TOLERANCE`] × long
-//!   the limit grows by √limit per window, unless the ingress does not use half of it; beyond
-//!   that it shrinks in proportion, and at once by half when a window's records took longer
-//!   than `slow`. Bounded by `[server] max_pending` and [`MIN_LIMIT`].
+//!   Netflix's Gradient2 and TCP Vegas: every window of [`WINDOW`] compares the window's mean
+//!   latency with a baseline, the lowest window latency seen lately (which creeps up by 1 % a
+//!   window, so that a long overload cannot become the new normal). While the window stays
+//!   within [`TOLERANCE`] × baseline (or under a floor of ack_budget ÷ 400, 5 ms by default, which no gradient undercuts) the limit grows
+//!   by √limit per window, unless the ingress does not use half of it; beyond that it shrinks
+//!   in proportion, and at once by half when a window's records took longer than `slow`.
+//!   Bounded by `[server] max_pending` and [`MIN_LIMIT`].
 //! - A request that finds no free slot **waits** for one, newest first (adaptive LIFO: under a
 //!   flood the requests served are the fresh ones, and an old one gives up instead of being
-//!   served late), at most `[server] admission_wait` and never past its deadline. At most
-//!   `limit` requests wait; beyond that a request is shed before its body is even verified.
+//!   served late), never past its deadline. How long depends on the queue, as in CoDel and
+//!   Facebook's adaptive LIFO: a queue that has had someone waiting for less than [`STANDING`]
+//!   is a burst, and a request waits up to `[server] admission_wait` for it to pass; a queue
+//!   that has stood for longer is overload, and a request waits at most [`STANDING_WAIT`].
+//! - Only as many wait as can be served within that wait at the current record latency
+//!   (Little's law: limit × wait ÷ latency, at least the limit); beyond that a request is shed
+//!   before its body is even verified.
 //! - Every decision is a sample for [`Pressure`], which the delivery workers read.
 
 use std::collections::VecDeque;
@@ -30,6 +37,10 @@ pub const WINDOW: Duration = Duration::from_millis(50);
 const TOLERANCE: f64 = 1.5;
 /// The limit never falls below this (or `max_pending`, when smaller).
 pub const MIN_LIMIT: usize = 4;
+/// A queue that has not been empty for this long is standing: overload, not a burst.
+pub const STANDING: Duration = Duration::from_millis(100);
+/// How long a request waits for a slot while the queue stands.
+pub const STANDING_WAIT: Duration = Duration::from_millis(5);
 
 /// `[server] max_pending` and `admission_wait`, plus the record latency that counts as slow.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +49,9 @@ pub struct Settings {
     pub wait: Duration,
     /// A record slower than this presses (the pressure signal) and halves the limit.
     pub slow: Duration,
+    /// Record latency below this never shrinks the limit, whatever the gradient: well inside
+    /// the ack budget, more concurrency is more throughput at no cost that Slack sees.
+    pub floor: Duration,
 }
 
 /// The admission gauges (process-wide).
@@ -82,8 +96,12 @@ struct State {
     /// Newest at the back; a waiter that gave up leaves a closed sender behind.
     waiting: VecDeque<oneshot::Sender<()>>,
     window: Window,
-    /// The slow average of window latencies, in µs (0 before the first window).
-    long_us: f64,
+    /// The lowest window latency seen lately, in µs (0 before the first window).
+    base_us: f64,
+    /// The last window's mean latency, in µs (0 before the first window).
+    short_us: f64,
+    /// Since when the queue has had someone waiting (`None`: empty).
+    queued_since: Option<Instant>,
 }
 
 struct Window {
@@ -116,9 +134,18 @@ impl Admission {
     pub fn new(settings: Settings, pressure: Arc<Pressure>, gauges: Gauges) -> Arc<Admission> {
         let max = settings.max_pending.max(1) as f64;
         let floor = (MIN_LIMIT as f64).min(max);
-        let limit = (max / 4.0).clamp(floor, max);
+        // Optimistic: the ceiling until latency says otherwise (a cold start meets a burst).
+        let limit = max;
         gauges.limit.set(limit as i64);
-        let state = State { limit, pending: 0, waiting: VecDeque::new(), window: Window::new(), long_us: 0.0 };
+        let state = State {
+            limit,
+            pending: 0,
+            waiting: VecDeque::new(),
+            window: Window::new(),
+            base_us: 0.0,
+            short_us: 0.0,
+            queued_since: None,
+        };
         Arc::new(Admission { state: Mutex::new(state), settings, floor, pressure, gauges })
     }
 
@@ -137,8 +164,7 @@ impl Admission {
     pub fn has_room(&self) -> bool {
         let mut st = self.lock();
         st.purge_gone();
-        let limit = st.limit as usize;
-        let room = st.pending < limit || st.waiting.len() < limit;
+        let room = st.pending < st.limit as usize || st.waiting.len() < st.queue_cap(&self.settings);
         drop(st);
         if !room {
             self.pressure.sample(true);
@@ -149,26 +175,26 @@ impl Admission {
     /// A slot for one record, waiting for one at most `admission_wait` and never past
     /// `deadline`.
     pub async fn admit(self: &Arc<Self>, deadline: Instant) -> Result<Slot, Shed> {
-        let rx = {
+        let (rx, wait) = {
             let mut st = self.lock();
             st.purge_gone();
-            let limit = st.limit as usize;
             // A free slot means nobody live is waiting: a release hands its slot on at once.
-            if st.pending < limit {
+            if st.pending < st.limit as usize {
                 return Ok(self.take(&mut st));
             }
-            if st.waiting.len() >= limit {
+            if st.waiting.len() >= st.queue_cap(&self.settings) {
                 drop(st);
                 self.pressure.sample(true);
                 return Err(Shed::Full);
             }
             let (tx, rx) = oneshot::channel();
+            st.queued_since.get_or_insert_with(Instant::now);
             st.waiting.push_back(tx);
             self.gauges.waiting.set(st.waiting.len() as i64);
-            rx
+            (rx, st.wait(&self.settings))
         };
         self.pressure.sample(true);
-        let until = deadline.min(Instant::now() + self.settings.wait);
+        let until = deadline.min(Instant::now() + wait);
         let mut rx = rx;
         let granted = match tokio::time::timeout_at(until, &mut rx).await {
             Ok(r) => r.is_ok(),
@@ -208,6 +234,7 @@ impl Admission {
                     st.window.peak = st.window.peak.max(st.pending);
                 }
             }
+            st.purge_gone();
             self.gauges.pending.set(st.pending as i64);
             self.gauges.waiting.set(st.waiting.len() as i64);
             self.gauges.limit.set(st.limit as i64);
@@ -217,10 +244,31 @@ impl Admission {
 }
 
 impl State {
+    /// How long a request that must wait may wait: long for a burst, short for a standing queue.
+    fn wait(&self, settings: &Settings) -> Duration {
+        if self.queued_since.is_some_and(|t| t.elapsed() > STANDING) {
+            settings.wait.min(STANDING_WAIT)
+        } else {
+            settings.wait
+        }
+    }
+
+    /// How many may wait: those a slot can come free for within `admission_wait` (Little's
+    /// law), at least the limit. (While the queue stands, waiters give up much sooner; this
+    /// only turns away at once the ones that could not be served in time at all.)
+    fn queue_cap(&self, settings: &Settings) -> usize {
+        let latency_us = self.short_us.max(1_000.0);
+        let servable = self.limit * settings.wait.as_micros() as f64 / latency_us;
+        servable.clamp(self.limit, 16.0 * settings.max_pending as f64) as usize
+    }
+
     /// Drop the waiters that gave up (oldest first: with LIFO service they sit at the front).
     fn purge_gone(&mut self) {
         while self.waiting.front().is_some_and(|tx| tx.is_closed()) {
             self.waiting.pop_front();
+        }
+        if self.waiting.is_empty() {
+            self.queued_since = None;
         }
     }
 
@@ -233,18 +281,18 @@ impl State {
         }
         let short = (self.window.sum_us / f64::from(self.window.n)).max(1.0);
         let peak = self.window.peak;
+        self.short_us = short;
         self.window = Window::new();
         self.window.peak = self.pending;
-        self.long_us = if self.long_us == 0.0 { short } else { self.long_us * 0.95 + short * 0.05 };
-        if self.long_us > 2.0 * short {
-            // A spike is over: let the baseline come down fast.
-            self.long_us *= 0.9;
-        }
+        // The baseline is the lowest latency seen lately: it follows any drop at once and creeps
+        // up by 1 % a window, so a long overload cannot pass itself off as the new normal.
+        self.base_us = if self.base_us == 0.0 { short } else { (self.base_us * 1.01).min(short) };
         let max = settings.max_pending as f64;
         self.limit = if short > settings.slow.as_micros() as f64 {
             self.limit / 2.0
         } else {
-            let gradient = (TOLERANCE * self.long_us / short).clamp(0.5, 1.0);
+            let baseline = self.base_us.max(settings.floor.as_micros() as f64);
+            let gradient = (TOLERANCE * baseline / short).clamp(0.5, 1.0);
             if gradient >= 1.0 {
                 let used = peak as f64 >= self.limit / 2.0;
                 if used {
@@ -267,7 +315,12 @@ mod tests {
     fn admission(max_pending: usize, wait_ms: u64) -> Arc<Admission> {
         let g = |n: &str| IntGauge::new(n, n).unwrap();
         let gauges = Gauges { limit: g("limit"), pending: g("pending"), waiting: g("waiting") };
-        let settings = Settings { max_pending, wait: Duration::from_millis(wait_ms), slow: Duration::from_millis(250) };
+        let settings = Settings {
+            max_pending,
+            wait: Duration::from_millis(wait_ms),
+            slow: Duration::from_millis(250),
+            floor: Duration::from_millis(20),
+        };
         Admission::new(settings, Arc::new(Pressure::default()), gauges)
     }
 
@@ -277,14 +330,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn slots_up_to_the_limit_then_a_bounded_queue_then_shed_at_once() {
-        let a = admission(4, 100);
+        // Records take 10 ms and a request may wait 20 ms: two rounds of four slots can serve
+        // eight waiters in time, so eight may wait.
+        let a = admission(4, 20);
+        a.lock().short_us = 10_000.0;
         assert_eq!(a.limit(), 4);
         let mut slots = Vec::new();
         for _ in 0..4 {
             slots.push(a.admit(far()).await.unwrap());
         }
-        // Four may wait; the fifth is refused without waiting.
-        let waiters: Vec<_> = (0..4)
+        let waiters: Vec<_> = (0..8)
             .map(|_| {
                 tokio::spawn({
                     let a = a.clone();
@@ -293,17 +348,42 @@ mod tests {
             })
             .collect();
         tokio::task::yield_now().await;
-        assert_eq!(a.lock().waiting.len(), 4);
+        assert_eq!(a.lock().waiting.len(), 8);
         assert!(!a.has_room());
-        assert_eq!(a.admit(far()).await.err(), Some(Shed::Full));
+        assert_eq!(a.admit(far()).await.err(), Some(Shed::Full), "the ninth is refused without waiting");
         // Nobody frees a slot: each waiter gives up after `admission_wait`.
-        tokio::time::advance(Duration::from_millis(101)).await;
+        tokio::time::advance(Duration::from_millis(21)).await;
         for w in waiters {
             assert_eq!(w.await.unwrap(), Err(Shed::Waited));
         }
         assert!(a.has_room(), "the ones that gave up no longer hold places");
         drop(slots);
         assert_eq!(a.lock().pending, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standing_queue_waits_briefly_and_a_burst_waits_long() {
+        let a = admission(1, 500);
+        let held = a.admit(far()).await.unwrap();
+        let waiter = |a: &Arc<Admission>| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let t = Instant::now();
+                (a.admit(far()).await.err(), t.elapsed())
+            })
+        };
+        // The first to wait meets an empty queue: a burst, so the full admission_wait.
+        let first = waiter(&a);
+        tokio::task::yield_now().await;
+        tokio::time::advance(STANDING + Duration::from_millis(50)).await;
+        // The queue has not emptied since: overload, so a short wait.
+        let second = waiter(&a);
+        assert_eq!(second.await.unwrap(), (Some(Shed::Waited), STANDING_WAIT));
+        assert_eq!(first.await.unwrap(), (Some(Shed::Waited), Duration::from_millis(500)));
+        // Once the queue is empty again, a burst is a burst.
+        drop(held);
+        let _held = a.admit(far()).await.unwrap();
+        assert_eq!(waiter(&a).await.unwrap(), (Some(Shed::Waited), Duration::from_millis(500)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -340,18 +420,9 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_limit_grows_while_used_and_fast_and_halves_when_records_are_slow() {
+    async fn the_limit_starts_at_its_ceiling_halves_when_slow_and_grows_back_while_used() {
         let a = admission(256, 100);
-        let start = a.limit();
-        assert_eq!(start, 64);
-        // Fast records, the limit fully used: it grows.
-        for _ in 0..20 {
-            let slots: Vec<_> = (0..a.limit()).map(|_| a.take(&mut a.lock())).collect();
-            tokio::time::advance(WINDOW).await;
-            drop(slots);
-        }
-        let grown = a.limit();
-        assert!(grown > start, "{grown}");
+        assert_eq!(a.limit(), 256);
         // Records slower than `slow`: halved per window, down to the floor.
         for _ in 0..12 {
             let slot = a.take(&mut a.lock());
@@ -359,17 +430,34 @@ mod tests {
             drop(slot);
         }
         assert_eq!(a.limit(), MIN_LIMIT);
+        // Faster records, the limit fully used: it grows.
+        for _ in 0..40 {
+            let slots: Vec<_> = (0..a.limit()).map(|_| a.take(&mut a.lock())).collect();
+            tokio::time::advance(Duration::from_millis(10)).await;
+            drop(slots);
+            tokio::time::advance(WINDOW).await;
+        }
+        assert!(a.limit() > 2 * MIN_LIMIT, "{}", a.limit());
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_unused_limit_does_not_grow() {
+    async fn latency_rising_past_the_floor_shrinks_it_and_an_unused_limit_does_not_grow() {
         let a = admission(256, 100);
-        for _ in 0..50 {
+        // 10 ms records: under the 20 ms floor, so no shrinking however they compare.
+        for _ in 0..20 {
             let slot = a.take(&mut a.lock());
+            tokio::time::advance(Duration::from_millis(10)).await;
+            drop(slot);
             tokio::time::advance(WINDOW).await;
+        }
+        assert_eq!(a.limit(), 256, "unused, and under the floor");
+        // 100 ms records: well past 1.5 × the baseline, so it shrinks (though under `slow`).
+        for _ in 0..20 {
+            let slot = a.take(&mut a.lock());
+            tokio::time::advance(Duration::from_millis(100)).await;
             drop(slot);
         }
-        assert_eq!(a.limit(), 64);
+        assert!(a.limit() < 128, "{}", a.limit());
     }
 
     #[tokio::test(start_paused = true)]

@@ -92,7 +92,12 @@ impl Ingress {
         let a = &config.server.admission;
         let m = &shared.metrics;
         let admission = Admission::new(
-            admission::Settings { max_pending: a.max_pending, wait: a.wait, slow: config.server.ack_budget / 8 },
+            admission::Settings {
+                max_pending: a.max_pending,
+                wait: a.wait,
+                slow: config.server.ack_budget / 8,
+                floor: config.server.ack_budget / 400,
+            },
             shared.pressure.clone(),
             admission::Gauges {
                 limit: m.overload.limit.clone(),

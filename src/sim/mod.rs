@@ -53,6 +53,11 @@ pub struct SendOpts {
     /// Closed loop: events in flight at once.
     #[arg(long)]
     pub concurrency: Option<usize>,
+    /// Open loop: at most this many requests in flight (and connections open) at once, like
+    /// wrk2's or oha's fixed connections; a request that finds none free waits, and its
+    /// latency, counted from its scheduled time, includes the wait.
+    #[arg(long, default_value_t = 256)]
+    pub connections: usize,
     /// How long to send, in seconds.
     #[arg(long, default_value_t = 10)]
     pub duration: u64,

@@ -30,8 +30,18 @@ struct Tally {
     timeouts: AtomicU64,
     connection_errors: AtomicU64,
     statuses: Mutex<BTreeMap<u16, u64>>,
-    /// First attempts only, from their scheduled time, in microseconds.
+    /// First attempts only, from their scheduled time, in microseconds: all of them, those
+    /// answered 2xx, and those answered otherwise (a 503 when shed).
     latency: Mutex<Option<hdrhistogram::Histogram<u64>>>,
+    ok_latency: Mutex<Option<hdrhistogram::Histogram<u64>>>,
+    refused_latency: Mutex<Option<hdrhistogram::Histogram<u64>>>,
+    /// Every attempt answered otherwise than 2xx, from the moment it was sent: how fast the
+    /// gateway turns a request away, without the time it waited for a free connection here.
+    refused_service: Mutex<Option<hdrhistogram::Histogram<u64>>>,
+    /// Attempts whose answer took longer than 2 s (the gateway's default ack budget) and 3 s
+    /// (Slack's deadline: these are the timeouts), from the moment each was sent.
+    over_2s: AtomicU64,
+    over_3s: AtomicU64,
     /// One line per expected delivery (a pair is one line: either member may be delivered).
     manifest: Mutex<Vec<String>>,
 }
@@ -39,6 +49,8 @@ struct Tally {
 struct Sim {
     o: SendOpts,
     client: HttpClient,
+    /// One per request in flight (`--connections`).
+    slots: tokio::sync::Semaphore,
     tally: Tally,
     run: String,
 }
@@ -60,7 +72,9 @@ impl Sim {
             req = req.header("X-Slack-Retry-Num", retry.to_string()).header("X-Slack-Retry-Reason", reason);
         }
         let Ok(req) = req.body(Full::new(body.clone())) else { return Attempt::Failed("http_error") };
+        let Ok(_slot) = self.slots.acquire().await else { return Attempt::Failed("http_error") };
         self.tally.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
         let answer = tokio::time::timeout(SLACK_TIMEOUT, async {
             let resp = self.client.request(req).await?;
             let status = resp.status().as_u16();
@@ -68,9 +82,21 @@ impl Sim {
             Ok::<u16, hyper_util::client::legacy::Error>(status)
         })
         .await;
+        let took = sent.elapsed();
+        if took > Duration::from_secs(2) {
+            self.tally.over_2s.fetch_add(1, Ordering::Relaxed);
+        }
+        if took >= SLACK_TIMEOUT {
+            self.tally.over_3s.fetch_add(1, Ordering::Relaxed);
+        }
         match answer {
             Ok(Ok(status)) => {
                 *self.tally.statuses.lock().unwrap_or_else(|e| e.into_inner()).entry(status).or_default() += 1;
+                if !(200..300).contains(&status) {
+                    if let Some(h) = self.tally.refused_service.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                        let _ = h.record(took.as_micros().max(1) as u64);
+                    }
+                }
                 if (200..300).contains(&status) {
                     Attempt::Acked
                 } else {
@@ -99,8 +125,16 @@ impl Sim {
             let outcome = self.attempt(&body, retry, reason).await;
             if retry == 0 {
                 let micros = scheduled.elapsed().as_micros().max(1) as u64;
-                if let Some(h) = self.tally.latency.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-                    let _ = h.record(micros);
+                let t = &self.tally;
+                let class = match outcome {
+                    Attempt::Acked => Some(&t.ok_latency),
+                    Attempt::Failed("http_error") => Some(&t.refused_latency),
+                    Attempt::Failed(_) => None,
+                };
+                for h in std::iter::once(&t.latency).chain(class) {
+                    if let Some(h) = h.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                        let _ = h.record(micros);
+                    }
                 }
             }
             match outcome {
@@ -171,11 +205,18 @@ pub async fn run(o: SendOpts) -> anyhow::Result<()> {
         o.rate.is_some() || o.concurrency.is_some(),
         "give --rate (open loop) or --concurrency (closed loop)"
     );
-    let pool = o.concurrency.unwrap_or(256);
+    let pool = o.concurrency.unwrap_or(o.connections).max(1);
     let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(pool).build_http();
     let run = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
-    let tally = Tally { latency: Mutex::new(Some(histogram())), ..Tally::default() };
-    let sim = Arc::new(Sim { o: o.clone(), client, tally, run });
+    let tally = Tally {
+        latency: Mutex::new(Some(histogram())),
+        ok_latency: Mutex::new(Some(histogram())),
+        refused_latency: Mutex::new(Some(histogram())),
+        refused_service: Mutex::new(Some(histogram())),
+        ..Tally::default()
+    };
+    let slots = tokio::sync::Semaphore::new(pool);
+    let sim = Arc::new(Sim { o: o.clone(), client, slots, tally, run });
     let started = Instant::now();
     let deadline = started + Duration::from_secs(o.duration);
     let limit = o.events.unwrap_or(u64::MAX);
@@ -236,7 +277,11 @@ async fn progress(sim: Arc<Sim>, started: Instant) {
 
 fn report(sim: &Sim, elapsed: Duration) -> anyhow::Result<()> {
     let t = &sim.tally;
-    let h = t.latency.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(histogram);
+    let take = |h: &Mutex<Option<hdrhistogram::Histogram<u64>>>| {
+        h.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(histogram)
+    };
+    let (h, ok, refused) = (take(&t.latency), take(&t.ok_latency), take(&t.refused_latency));
+    let refused_service = take(&t.refused_service);
     let statuses = t.statuses.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let manifest = t.manifest.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(path) = &sim.o.manifest {
@@ -254,6 +299,10 @@ fn report(sim: &Sim, elapsed: Duration) -> anyhow::Result<()> {
             "timeouts": load(&t.timeouts), "connection_errors": load(&t.connection_errors),
             "statuses": statuses.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
             "acked_per_s": load(&t.acked) as f64 / elapsed.as_secs_f64(), "ack_latency": latency_json(&h),
+            "ok_latency": latency_json(&ok), "refused_latency": latency_json(&refused),
+            "refused_service": latency_json(&refused_service),
+            "ok_first_attempts": ok.len(), "refused_first_attempts": refused.len(),
+            "answers_over_2s": load(&t.over_2s), "answers_over_3s": load(&t.over_3s),
         });
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
@@ -276,5 +325,9 @@ fn report(sim: &Sim, elapsed: Duration) -> anyhow::Result<()> {
     println!("  statuses {}", statuses.join(", "));
     println!("  acked/s {:.0}", load(&t.acked) as f64 / elapsed.as_secs_f64());
     println!("  ack latency (first attempts) {}", latency_line(&h));
+    println!("    answered 2xx ({}) {}", ok.len(), latency_line(&ok));
+    println!("    answered otherwise ({}) {}", refused.len(), latency_line(&refused));
+    println!("  turned away, from each send ({}) {}", refused_service.len(), latency_line(&refused_service));
+    println!("  answers slower than 2 s {}, than 3 s {}", load(&t.over_2s), load(&t.over_3s));
     Ok(())
 }
