@@ -102,6 +102,9 @@ struct State {
     short_us: f64,
     /// Since when the queue has had someone waiting (`None`: empty).
     queued_since: Option<Instant>,
+    /// When a record last finished: with records pending, the time since is a floor on the
+    /// latency now (a stalled store shows at once, not when its first slow record ends).
+    last_done: Instant,
 }
 
 struct Window {
@@ -145,6 +148,7 @@ impl Admission {
             base_us: 0.0,
             short_us: 0.0,
             queued_since: None,
+            last_done: Instant::now(),
         };
         Arc::new(Admission { state: Mutex::new(state), settings, floor, pressure, gauges })
     }
@@ -225,6 +229,7 @@ impl Admission {
         {
             let mut st = self.lock();
             st.pending -= 1;
+            st.last_done = Instant::now();
             st.observe(took, &self.settings, self.floor);
             // Hand free slots to the newest waiters still there.
             while st.pending < st.limit as usize {
@@ -253,12 +258,13 @@ impl State {
         }
     }
 
-    /// How many may wait: those a slot can come free for within `admission_wait` (Little's
-    /// law), at least the limit. (While the queue stands, waiters give up much sooner; this
-    /// only turns away at once the ones that could not be served in time at all.)
+    /// How many may wait: those a slot can come free for within the wait they would get
+    /// (Little's law), at least the limit. The rest are turned away at once, before their
+    /// bodies are read.
     fn queue_cap(&self, settings: &Settings) -> usize {
-        let latency_us = self.short_us.max(1_000.0);
-        let servable = self.limit * settings.wait.as_micros() as f64 / latency_us;
+        let stalled_us = if self.pending > 0 { self.last_done.elapsed().as_micros() as f64 } else { 0.0 };
+        let latency_us = self.short_us.max(stalled_us).max(1_000.0);
+        let servable = self.limit * self.wait(settings).as_micros() as f64 / latency_us;
         servable.clamp(self.limit, 16.0 * settings.max_pending as f64) as usize
     }
 
@@ -329,6 +335,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_stalled_store_shrinks_the_queue_to_the_limit() {
+        // Records took 1 ms, so a 20 ms wait could serve 80 waiters: until nothing finishes.
+        let a = admission(4, 20);
+        a.lock().short_us = 1_000.0;
+        let slots: Vec<_> = futures_slots(&a, 4).await;
+        assert_eq!(a.lock().queue_cap(&a.settings), 64, "16 x max_pending at most");
+        tokio::time::advance(Duration::from_millis(10)).await;
+        assert_eq!(a.lock().queue_cap(&a.settings), 8, "4 slots x 20 ms / 10 ms stalled");
+        tokio::time::advance(Duration::from_millis(90)).await;
+        assert_eq!(a.lock().queue_cap(&a.settings), 4, "never below the limit");
+        drop(slots);
+        assert_eq!(a.lock().queue_cap(&a.settings), 4, "the slow records now show in the window's mean");
+    }
+
+    async fn futures_slots(a: &Arc<Admission>, n: usize) -> Vec<Slot> {
+        let mut slots = Vec::new();
+        for _ in 0..n {
+            slots.push(a.admit(far()).await.unwrap());
+        }
+        slots
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn slots_up_to_the_limit_then_a_bounded_queue_then_shed_at_once() {
         // Records take 10 ms and a request may wait 20 ms: two rounds of four slots can serve
         // eight waiters in time, so eight may wait.
@@ -363,8 +392,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_standing_queue_waits_briefly_and_a_burst_waits_long() {
-        let a = admission(1, 500);
-        let held = a.admit(far()).await.unwrap();
+        let a = admission(4, 500);
+        let mut held = futures_slots(&a, 4).await;
         let waiter = |a: &Arc<Admission>| {
             let a = a.clone();
             tokio::spawn(async move {
@@ -381,8 +410,8 @@ mod tests {
         assert_eq!(second.await.unwrap(), (Some(Shed::Waited), STANDING_WAIT));
         assert_eq!(first.await.unwrap(), (Some(Shed::Waited), Duration::from_millis(500)));
         // Once the queue is empty again, a burst is a burst.
-        drop(held);
-        let _held = a.admit(far()).await.unwrap();
+        held.pop();
+        held.push(a.admit(far()).await.unwrap());
         assert_eq!(waiter(&a).await.unwrap(), (Some(Shed::Waited), Duration::from_millis(500)));
     }
 

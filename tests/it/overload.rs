@@ -60,10 +60,12 @@ async fn a_shed_request_leaves_its_connection_open_for_the_next_one() {
     let redis = RedisServer::start();
     let bot = Receiver::start(SECRET).await;
     let mut cfg = GatewayConfig::new(&redis.url(), &prefix("shedka"), &bot.url());
-    cfg.server = "max_pending = 1\nadmission_wait = \"900ms\"\n".into();
+    cfg.server = "max_pending = 1\nack_budget = \"2900ms\"\nadmission_wait = \"900ms\"\n".into();
     let gw = Gateway::start(&cfg).await;
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvKaWarm"), SECRET)).await.0, 200);
-    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1000).arg("WRITE").query(&mut redis.conn()).unwrap();
+    // Long enough for a loaded CI machine, short enough for the holder's record to finish
+    // inside its 2.9 s budget.
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(2500).arg("WRITE").query(&mut redis.conn()).unwrap();
     // One request holds the only slot and one waits for it: the queue is full, and the next
     // requests are answered before their bodies are verified.
     let port = gw.port;
@@ -73,6 +75,8 @@ async fn a_shed_request_leaves_its_connection_open_for_the_next_one() {
     let waiter =
         tokio::spawn(async move { send(port, Req::signed("/slack/events", event("EvKaWait"), SECRET)).await.0 });
     assert!(metric_reaches(gw.admin_port, "slackgate_admission_waiting", 1.0, Duration::from_secs(5)).await);
+    // Past 100 ms the queue stands and the store is seen stalled: no room for a second waiter.
+    tokio::time::sleep(Duration::from_millis(150)).await;
     let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
     let mut answers = String::new();
     for id in ["EvKa1", "EvKa2"] {
