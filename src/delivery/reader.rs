@@ -59,7 +59,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Recei
         match leases {
             Ok(leases) => {
                 pause = Duration::from_millis(100);
-                spawn_attempts(&s, leases, permits);
+                spawn_attempts(&s, leases, permits).await;
             }
             Err(e) => {
                 group_ready = false;
@@ -124,7 +124,7 @@ async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<Ow
         Ok(leases) if !leases.is_empty() => {
             info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
             if let Some(used) = permits.split(leases.len().min(permits.num_permits())) {
-                spawn_attempts(s, leases, used);
+                spawn_attempts(s, leases, used).await;
             }
             (permits.num_permits() > 0).then_some(permits)
         }
@@ -137,20 +137,29 @@ async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<Ow
     }
 }
 
-/// One task per lease, each with one of `permits` (taken before the entries were read).
-fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut permits: OwnedSemaphorePermit) {
-    for lease in leases {
+/// Load the leases' deliveries in one round trip, then one task per lease, each with one of
+/// `permits` (taken before the entries were read).
+async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut permits: OwnedSemaphorePermit) {
+    let loaded = match s.store.load_leased(&s.keys, &s.consumer, &leases).await {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            s.store_error(StoreOp::Load);
+            return warn!(app = %s.app.name, error = %e, "cannot load deliveries; their leases will expire and they will be retried");
+        }
+    };
+    for (lease, loaded) in leases.into_iter().zip(loaded) {
         let Some(permit) = permits.split(1) else {
             // Never more entries than permits; if Redis returned more, the rest wait for a
             // reclaim after their lease.
             return warn!(app = %s.app.name, "more entries than permits");
         };
+        let Some(stored) = usable(s, &lease, loaded).await else { continue };
         let s = s.clone();
         let in_flight = s.shared.drain.enter(Work::Attempt);
         let span = info_span!("delivery", app = %s.app.name, delivery = %lease.delivery, token = lease.token);
         tokio::spawn(
             async move {
-                run_attempt(&s, lease).await;
+                run_attempt(&s, lease, stored).await;
                 drop((permit, in_flight));
             }
             .instrument(span),
@@ -159,8 +168,7 @@ fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut permits: OwnedSemaphor
 }
 
 /// One attempt for one leased entry, start to fenced finish.
-async fn run_attempt(s: &Shard, lease: Lease) {
-    let Some(stored) = load(s, &lease).await else { return };
+async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>) {
     if stored.kind == Kind::Interactivity && stored.detail == "block_suggestion" {
         // Its inline attempt failed or its holder died: options are useless by now.
         return expire(s, &lease, &stored).await;
@@ -197,23 +205,18 @@ async fn note_message(att: &crate::egress::Attribution, stored: &Stored, deliver
 }
 
 /// The delivery behind a lease, when the lease is still this worker's.
-async fn load(s: &Shard, lease: &Lease) -> Option<Box<Stored>> {
-    match s.store.load_leased(&s.keys, &s.consumer, lease).await {
-        Ok(Loaded::Stored(d)) => Some(d),
-        Ok(Loaded::Gone) => {
+async fn usable(s: &Shard, lease: &Lease, loaded: Loaded) -> Option<Box<Stored>> {
+    match loaded {
+        Loaded::Stored(d) => Some(d),
+        Loaded::Gone => {
             // The delivery's record is gone (cancelled or already completed): drop the entry.
             let _ = s.store.finish(&s.keys, &s.consumer, lease, Finish::Done).await;
             None
         }
-        Ok(Loaded::LeaseLost) => {
+        Loaded::LeaseLost => {
             // Taken over while this worker waited: the new holder sends it.
             s.shared.metrics.fence_rejections.with_label_values(&[&s.app.name]).inc();
-            debug!("lease lost before the attempt; not sent");
-            None
-        }
-        Err(e) => {
-            s.store_error(StoreOp::Load);
-            warn!(error = %e, "cannot load delivery; its lease will expire and it will be retried");
+            debug!(delivery = %lease.delivery, "lease lost before the attempt; not sent");
             None
         }
     }

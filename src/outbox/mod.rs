@@ -213,19 +213,38 @@ impl Store {
         Ok((!map.is_empty()).then(|| stored(&map)))
     }
 
-    /// Load the delivery a worker leased, checking in the same step that the lease is still
-    /// its own: an attempt is never sent for an entry another worker holds.
-    pub async fn load_leased(&self, keys: &ShardKeys, consumer: &str, lease: &Lease) -> Result<Loaded, StoreError> {
-        let reply: Value = fenced(&self.load, keys, consumer, lease)
-            .key(keys.delivery(&lease.delivery))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        if let Value::Int(_) = reply {
-            return Ok(Loaded::LeaseLost);
+    /// Load the deliveries a worker just leased, checking in the same step that each lease is
+    /// still its own (an attempt is never sent for an entry another worker holds): one round
+    /// trip for a whole read, one [`Loaded`] per lease, in order.
+    pub async fn load_leased(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        leases: &[Lease],
+    ) -> Result<Vec<Loaded>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
         }
-        let map: HashMap<String, Vec<u8>> =
-            redis::from_redis_value(reply).map_err(|e| StoreError::Protocol(e.to_string()))?;
-        Ok(if map.is_empty() { Loaded::Gone } else { Loaded::Stored(Box::new(stored(&map))) })
+        let mut invocation = self.load.key(&keys.stream);
+        invocation.arg(GROUP).arg(consumer);
+        for l in leases {
+            invocation.key(keys.delivery(&l.delivery)).arg(&l.entry).arg(l.token);
+        }
+        let replies: Vec<Value> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        if replies.len() != leases.len() {
+            return Err(StoreError::Protocol(format!("{} loads for {} leases", replies.len(), leases.len())));
+        }
+        replies
+            .into_iter()
+            .map(|reply| {
+                if let Value::Int(_) = reply {
+                    return Ok(Loaded::LeaseLost);
+                }
+                let map: HashMap<String, Vec<u8>> =
+                    redis::from_redis_value(reply).map_err(|e| StoreError::Protocol(e.to_string()))?;
+                Ok(if map.is_empty() { Loaded::Gone } else { Loaded::Stored(Box::new(stored(&map))) })
+            })
+            .collect()
     }
 
     /// Keep holding an entry during a long attempt. `false`: the lease was lost.

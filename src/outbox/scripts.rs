@@ -61,9 +61,10 @@ end
 /// while its score is in the future, and if the ingress dies it is promoted like any retry.
 pub const RECORD: &str = with_claim_helpers!(
     r#"
-local function store(hk)
+-- The delivery's hash in one HSET, with any extra fields (its entry id, its message claim).
+local function store(hk, ...)
   redis.call('HSET', hk, 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6], 'rcv', ARGV[7], 'n', 0,
-    'x', ARGV[14], 'ru', ARGV[15])
+    'x', ARGV[14], 'ru', ARGV[15], ...)
 end
 if ARGV[16] == '1' and not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[1]) then
   return {0, redis.call('GET', KEYS[1]) or '', 0}
@@ -81,8 +82,7 @@ if ARGV[10] == '1' and not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[
     if redis.call('EXISTS', hhk) == 1 then
       -- The holder still waits: keep this copy in case the bot refuses the holder.
       local ttl = redis.call('PTTL', KEYS[5])
-      store(KEYS[3])
-      redis.call('HSET', KEYS[3], 'mc', KEYS[5])
+      store(KEYS[3], 'mc', KEYS[5])
       redis.call('PEXPIRE', KEYS[3], ttl)
       redis.call('RPUSH', KEYS[5] .. ':alt', ARGV[2])
       redis.call('PEXPIRE', KEYS[5] .. ':alt', ttl)
@@ -118,16 +118,18 @@ end
 if ARGV[8] == 'discard' then
   return {1, ARGV[2], cancelled}
 end
-store(KEYS[3])
+local extra = {}
 if ARGV[10] == '1' then
-  redis.call('HSET', KEYS[3], 'mc', KEYS[5])
+  extra = {'mc', KEYS[5]}
 end
-redis.call('ZADD', KEYS[7], ARGV[7], ARGV[2])
 if ARGV[8] == 'inline' then
   redis.call('ZADD', KEYS[4], ARGV[9], ARGV[2])
 else
-  redis.call('HSET', KEYS[3], 'e', redis.call('XADD', KEYS[2], '*', 'd', ARGV[2]))
+  extra[#extra + 1] = 'e'
+  extra[#extra + 1] = redis.call('XADD', KEYS[2], '*', 'd', ARGV[2])
 end
+store(KEYS[3], unpack(extra))
+redis.call('ZADD', KEYS[7], ARGV[7], ARGV[2])
 return {1, ARGV[2], cancelled}
 "#
 );
@@ -184,13 +186,23 @@ return 1
 "#
 );
 
-/// KEYS: outbox stream, delivery hash. The delivery's fields for its lease holder: 0 when the
-/// lease was lost (the attempt must not be made), an empty list when the delivery is gone.
-pub const LOAD: &str = fenced!(
-    r#"
-return redis.call('HGETALL', KEYS[2])
-"#
-);
+/// KEYS: outbox stream, then the delivery hash of each lease of one read. ARGV: group,
+/// consumer, then `(entry, token)` for each lease. For each, in order: its delivery's fields
+/// when the lease is still the caller's (an empty list when the delivery is gone), 0 when it
+/// was lost (the attempt must not be made). One call for a whole read batch.
+pub const LOAD: &str = r#"
+local out = {}
+for i = 2, #KEYS do
+  local entry, token = ARGV[2 * i - 1], ARGV[2 * i]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+  if #p == 0 or p[1][2] ~= ARGV[2] or tonumber(p[1][4]) ~= tonumber(token) then
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = redis.call('HGETALL', KEYS[i])
+  end
+end
+return out
+"#;
 
 /// KEYS: outbox stream, delivery hash, schedule zset, dead-letter stream, waiting index.
 /// ARGV[5] mode (done | retry | dead), ARGV[6] delivery id, ARGV[7] due ms (retry) or now ms
@@ -210,8 +222,9 @@ if mode == 'done' then
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[5], ARGV[6])
   local minute = ARGV[10] .. ':delivered:' .. math.floor(tonumber(ARGV[7]) / 60000)
-  redis.call('INCR', minute)
-  redis.call('EXPIRE', minute, 180)
+  if redis.call('INCR', minute) == 1 then
+    redis.call('EXPIRE', minute, 180)
+  end
   return 1
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then

@@ -101,17 +101,28 @@ async fn a_scheduled_retry_comes_back_when_due_and_counts_the_attempt() {
 async fn an_attempt_loads_its_delivery_only_while_it_holds_the_lease() {
     let (_redis, store, mut reader, keys) = setup().await;
     record(&store, &keys, "0-l", "e:EvLoad").await;
+    record(&store, &keys, "0-m", "e:EvLoad2").await;
     let held = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
-    assert!(matches!(store.load_leased(&keys, "worker-a", &held[0]).await.unwrap(), Loaded::Stored(_)));
+    assert_eq!(held.len(), 2);
+    let loaded = store.load_leased(&keys, "worker-a", &held).await.unwrap();
+    assert!(loaded.iter().all(|l| matches!(l, Loaded::Stored(_))), "{loaded:?}");
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let taken = store.reclaim(&keys, "worker-b", Duration::from_millis(100), 10).await.unwrap();
-    // The old holder, still waiting for a permit, must not send it any more.
-    assert!(matches!(store.load_leased(&keys, "worker-a", &held[0]).await.unwrap(), Loaded::LeaseLost));
-    match store.load_leased(&keys, "worker-b", &taken[0]).await.unwrap() {
+    let taken = store.reclaim(&keys, "worker-b", Duration::from_millis(100), 1).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    // One read's leases are loaded in one call, each fenced on its own: the one taken over is
+    // refused to the old holder (still waiting for a permit, it must not send it), the other
+    // is still its own.
+    let again = store.load_leased(&keys, "worker-a", &held).await.unwrap();
+    let lost = held.iter().position(|l| l.entry == taken[0].entry).unwrap();
+    assert!(matches!(again[lost], Loaded::LeaseLost), "{again:?}");
+    assert!(matches!(again[1 - lost], Loaded::Stored(_)), "{again:?}");
+    match &store.load_leased(&keys, "worker-b", &taken).await.unwrap()[0] {
         Loaded::Stored(d) => assert_eq!(d.detail, "app_mention"),
         other => panic!("{other:?}"),
     }
     assert!(store.finish(&keys, "worker-b", &taken[0], Finish::Done).await.unwrap());
+    // Finished, the entry is nobody's lease any more.
+    assert!(matches!(store.load_leased(&keys, "worker-b", &taken).await.unwrap()[0], Loaded::LeaseLost));
 }
 
 #[tokio::test]
