@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 SECS=${1:-10}
 scripts/deps
 command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
-cargo build --release --locked --bin slackgate 2>&1 | tail -1
+[ -n "${GW_BUILT:-}" ] || cargo build --release --locked --bin slackgate 2>&1 | tail -1
 GW=target/release/slackgate
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null; rm -rf "$WORK"' EXIT
@@ -63,6 +63,8 @@ delivery = { max_in_flight = 64, retry_initial = "100ms", retry_max = "2s" }
 TOML
   RUST_LOG=warn $GW run --config "$CONFIG" --data-dir "$WORK/$name.d" >"$WORK/$name.log" 2>&1 &
   GW_PID=$!
+  ( while kill -0 "$GW_PID" 2>/dev/null; do awk '/VmRSS/{print $2}' "/proc/$GW_PID/status" 2>/dev/null; sleep 0.25; done \
+    >"$WORK/$name.rss" ) &
   GW_URL="http://127.0.0.1:$listen/slack/events"
   for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && return; sleep 0.1; done
   echo "gateway not ready"; exit 1
@@ -92,8 +94,8 @@ NGINX_RATE=$(awk "BEGIN{printf \"%d\", $CEIL * 0.8}")
 NGINX_JSON=$($GW sim send --json --duration "$SECS" --url "http://127.0.0.1:$NGINX_PORT/slack/events" --rate "$NGINX_RATE" 2>/dev/null)
 NGINX_P99=$(echo "$NGINX_JSON" | json "d['ok_latency']['p99_ms']")
 printf 'nginx return 200 at 0.8x (%s/s): p99 %s ms\n' "$NGINX_RATE" "$NGINX_P99"
-printf '%-6s %7s %8s %9s %9s %9s %9s %6s %6s %7s %8s %5s %4s\n' \
-  "load" "rate/s" "2xx/s" "2xx p50" "2xx p99" "503 p99" "503 p99s" ">2s" ">3s" "gaveup" "drained" "lost" "dup"
+printf '%-6s %7s %8s %9s %9s %9s %9s %6s %6s %7s %8s %5s %4s %7s\n' \
+  "load" "rate/s" "2xx/s" "2xx p50" "2xx p99" "503 p99" "503 p99s" ">2s" ">3s" "gaveup" "drained" "lost" "dup" "RSS MiB"
 for factor in 0.5 0.8 1.5 3; do
   name="x${factor/./_}"
   rate=$(awk "BEGIN{printf \"%d\", $CEIL * $factor}")
@@ -101,10 +103,11 @@ for factor in 0.5 0.8 1.5 3; do
   OUT=$($GW sim send --json --time-scale 60 --duration "$SECS" --url "$GW_URL" --rate "$rate" --manifest "$WORK/$name.manifest" 2>/dev/null)
   end_phase "$name"
   echo "$OUT" >"$WORK/$name.send.json"
-  echo "$OUT" | json "'%-6s %7d %8.0f %9.3f %9.3f %9.3f %9.3f %6d %6d %7d %7ss %5s %4s' % ('${factor}x', $rate, d['statuses'].get('200', 0) / d['seconds'], d['ok_latency']['p50_ms'], d['ok_latency']['p99_ms'], d['refused_latency']['p99_ms'], d['refused_service']['p99_ms'], d['answers_over_2s'], d['answers_over_3s'], d['failed'], '$DRAINED_S', $(echo "$RECV" | json "d['lost']"), $(echo "$RECV" | json "d['duplicated']"))"
+  RSS_MIB=$(sort -n "$WORK/$name.rss" | tail -1 | awk '{printf "%.0f", $1 / 1024}')
+  echo "$OUT" | json "'%-6s %7d %8.0f %9.3f %9.3f %9.3f %9.3f %6d %6d %7d %7ss %5s %4s %7s' % ('${factor}x', $rate, d['statuses'].get('200', 0) / d['seconds'], d['ok_latency']['p50_ms'], d['ok_latency']['p99_ms'], d['refused_latency']['p99_ms'], d['refused_service']['p99_ms'], d['answers_over_2s'], d['answers_over_3s'], d['failed'], '$DRAINED_S', $(echo "$RECV" | json "d['lost']"), $(echo "$RECV" | json "d['duplicated']"), '$RSS_MIB')"
 done
 echo "(rates: events/s offered over at most 256 connections; 2xx/s: 200 answers per second of the phase, Slack's retries"
 echo " included; latencies in ms from each first attempt's scheduled time, except 503 p99s: from each 503'd request's send;"
 echo " >2s/>3s: answers slower than the ack budget / Slack's deadline, from each send; gaveup: events Slack would have"
 echo " dropped after its 3 retries; drained: from the end of the send until the outbox was empty; lost/dup: acked events"
-echo " the bot never got / got twice)"
+echo " the bot never got / got twice; RSS MiB: the gateway's largest resident set during the phase and its drain)"

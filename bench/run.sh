@@ -4,6 +4,8 @@
 # phase is bounded in time. Uses `slackgate sim` as Slack (open loop, latency from each
 # request's scheduled time) and as the bot.
 #
+# Ends with the flood (bench/overload.sh: the gateway's ceiling, then 0.5x to 3x of it).
+#
 #   bench/run.sh [SECONDS_PER_PHASE] [DRAIN_EVENTS]      defaults 10 and 100000
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,18 +13,20 @@ SECS=${1:-10}
 DRAIN_N=${2:-100000}
 scripts/deps
 command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
-cargo build --release --locked --bin slackgate 2>&1 | tail -1
+cargo build --release --locked --bin slackgate --example pingora_ok 2>&1 | tail -1
 GW=target/release/slackgate
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null; rm -rf "$WORK"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-REDIS_PORT=$(port); NGINX_PORT=$(port); GW_PORT=$(port); ADMIN_PORT=$(port)
+REDIS_PORT=$(port); NGINX_PORT=$(port); GW_PORT=$(port); ADMIN_PORT=$(port); PINGORA_PORT=$(port)
 export SLACK_SIGNING_SECRET=bench-secret BENCH_SECRET=bench-secret
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --save "" --daemonize no >"$WORK/redis.log" 2>&1 &
+REDIS_PID=$!
 cat >"$WORK/nginx.conf" <<NGINX
 worker_processes 1;
+master_process off;
 daemon off;
 pid $WORK/nginx.pid;
 error_log $WORK/nginx.err;
@@ -34,6 +38,12 @@ http {
 }
 NGINX
 nginx -c "$WORK/nginx.conf" &
+NGINX_PID=$!
+# Bare Pingora: the same framework, service, threads and allocator, answering 200 itself.
+target/release/examples/pingora_ok "127.0.0.1:$PINGORA_PORT" 2>"$WORK/pingora.log" &
+PINGORA_PID=$!
+# CPU ticks (user + system, every thread) of a process.
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 gateway_config() { # name listen admin upstream-port retry_max
   cat >"$WORK/$1.toml" <<TOML
 [server]
@@ -67,8 +77,24 @@ GW_1K=$(send --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 1000); row "g
 GW_5K=$(send --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 5000); row "gateway, open 5000/s" "$GW_5K"
 RSS_MAX=$(sort -n "$WORK/rss" | tail -1)
 GW_10K=$(send --url "http://127.0.0.1:$GW_PORT/slack/events" --rate 10000); row "gateway, open 10000/s" "$GW_10K"
-GW_MAX=$(send --url "http://127.0.0.1:$GW_PORT/slack/events" --concurrency 64); row "gateway, closed 64 in flight" "$GW_MAX"
-NGINX_MAX=$(send --url "http://127.0.0.1:$NGINX_PORT/slack/events" --concurrency 64); row "nginx, closed 64 in flight" "$NGINX_MAX"
+PINGORA_5K=$(send --url "http://127.0.0.1:$PINGORA_PORT/slack/events" --rate 5000); row "bare Pingora, open 5000/s" "$PINGORA_5K"
+# Closed loop, with the CPU each server (and, for the gateway, Redis) spent over the phase.
+closed() { # name url pids...
+  local name=$1 url=$2 out; shift 2
+  local before=() p
+  for p in "$@"; do before+=("$(cpu "$p")"); done
+  out=$(send --url "$url" --concurrency 64)
+  local i=0 ticks=()
+  for p in "$@"; do ticks+=("$(( $(cpu "$p") - before[i] ))"); i=$((i + 1)); done
+  echo "$out" >"$WORK/$name.json"
+  echo "${ticks[*]}" >"$WORK/$name.ticks"
+}
+closed gw_max "http://127.0.0.1:$GW_PORT/slack/events" "$GW_PID" "$REDIS_PID"; GW_MAX=$(cat "$WORK/gw_max.json")
+row "gateway, closed 64 in flight" "$GW_MAX"
+closed nginx_max "http://127.0.0.1:$NGINX_PORT/slack/events" "$NGINX_PID"; NGINX_MAX=$(cat "$WORK/nginx_max.json")
+row "nginx, closed 64 in flight" "$NGINX_MAX"
+closed pingora_max "http://127.0.0.1:$PINGORA_PORT/slack/events" "$PINGORA_PID"; PINGORA_MAX=$(cat "$WORK/pingora_max.json")
+row "bare Pingora, closed 64 in flight" "$PINGORA_MAX"
 
 # The store's ceiling: the same RECORD script, key shapes and body size, from redis-benchmark.
 # The script text as the gateway loads it: the claim helpers, then RECORD's body.
@@ -133,9 +159,23 @@ echo
 echo "== summary"
 p99() { echo "$1" | json "d['ack_latency']['p99_ms']"; }
 ok() { echo "$1" | json "d['acked_per_s']"; }
-printf 'ack p99 at 5000/s: gateway %s ms vs nginx %s ms\n' "$(p99 "$GW_5K")" "$(p99 "$NGINX_5K")"
-printf 'accepted/s closed loop: gateway %.0f; nginx %.0f (ratio %.2f); store ceiling %.0f (ratio %.2f)\n' \
-  "$(ok "$GW_MAX")" "$(ok "$NGINX_MAX")" "$(awk "BEGIN{print $(ok "$GW_MAX")/$(ok "$NGINX_MAX")}")" "$REDIS_OPS" "$(awk "BEGIN{print $(ok "$GW_MAX")/$REDIS_OPS}")"
+ratio() { awk "BEGIN{printf \"%.2f\", $1 / $2}"; }
+printf 'ack p99 at 5000/s: gateway %s ms; nginx %s ms; bare Pingora %s ms (gateway/Pingora %s)\n' \
+  "$(p99 "$GW_5K")" "$(p99 "$NGINX_5K")" "$(p99 "$PINGORA_5K")" "$(ratio "$(p99 "$GW_5K")" "$(p99 "$PINGORA_5K")")"
+printf 'accepted/s closed loop: gateway %.0f; store ceiling %.0f (ratio %s); bare Pingora %.0f (ratio %s); nginx %.0f (ratio %s)\n' \
+  "$(ok "$GW_MAX")" "$REDIS_OPS" "$(ratio "$(ok "$GW_MAX")" "$REDIS_OPS")" "$(ok "$PINGORA_MAX")" \
+  "$(ratio "$(ok "$GW_MAX")" "$(ok "$PINGORA_MAX")")" "$(ok "$NGINX_MAX")" "$(ratio "$(ok "$GW_MAX")" "$(ok "$NGINX_MAX")")"
+# CPU seconds per 1000 answered requests over the closed-loop phases (for the gateway, the
+# deliveries made during the phase are in its figure too).
+per_k() { # name index
+  local ticks n; ticks=$(cut -d' ' -f$(($2 + 1)) "$WORK/$1.ticks"); n=$(json "d['acked']" <"$WORK/$1.json")
+  awk "BEGIN{printf \"%.3f\", $ticks / $(getconf CLK_TCK) * 1000 / $n}"
+}
+printf 'CPU s per 1000 acked, closed loop: gateway %s + its Redis %s; bare Pingora %s; nginx %s\n' \
+  "$(per_k gw_max 0)" "$(per_k gw_max 1)" "$(per_k pingora_max 0)" "$(per_k nginx_max 0)"
 printf 'gateway RSS max during 5000/s: %s KiB\n' "$RSS_MAX"
 printf 'redis bytes per waiting delivery: stream %s/entry, delivery hash %s (body %s bytes), receipt %s\n' \
   "$(( STREAM_BYTES / (STREAM_N > 0 ? STREAM_N : 1) ))" "$HASH_BYTES" "${#BODY}" "$RCPT_BYTES"
+
+echo
+GW_BUILT=1 bench/overload.sh "$SECS"
