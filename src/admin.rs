@@ -29,13 +29,14 @@ use pingora::protocols::http::ServerSession;
 use crate::config::Secret;
 use crate::live::Live;
 use crate::ops::{Ops, OpsError};
+use crate::outbox::Endpoint;
 use crate::outbox::{self, Store};
 use crate::shared::Shared;
 
 pub struct Admin {
     live: Arc<Live>,
     shared: Arc<Shared>,
-    redis_url: String,
+    redis: Endpoint,
     /// Created on first use, on the admin service's runtime.
     store: OnceLock<Store>,
 }
@@ -161,15 +162,15 @@ fn admit(method: &Method, access: Access, headers: &http::HeaderMap, token: Opti
 }
 
 impl Admin {
-    pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis_url: String) -> Self {
-        Admin { live, shared, redis_url, store: OnceLock::new() }
+    pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
+        Admin { live, shared, redis, store: OnceLock::new() }
     }
 
     fn store(&self) -> Result<&Store, String> {
         if let Some(s) = self.store.get() {
             return Ok(s);
         }
-        let conn = outbox::connect_lazy(&self.redis_url, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let conn = outbox::connect_lazy(&self.redis, Duration::from_secs(2)).map_err(|e| e.to_string())?;
         Ok(self.store.get_or_init(|| Store::new(conn)))
     }
 
@@ -192,13 +193,18 @@ impl Admin {
             Err(_) => return Err("redis did not answer within 1s".into()),
         }
         let policy = tokio::time::timeout(Duration::from_secs(1), store.eviction_policy()).await;
-        Ok(match policy {
-            Ok(Ok(Some(p))) if p != "noeviction" => format!(
-                "ready\nwarning: Redis maxmemory-policy is {p}: it may evict outbox entries (lost deliveries); \
-                 set noeviction\n"
-            ),
-            _ => "ready\n".into(),
-        })
+        let mut detail = String::from("ready\n");
+        if let Ok(Ok(topology)) = tokio::time::timeout(Duration::from_secs(1), store.topology()).await {
+            detail.push_str(&format!("redis: {topology}\n"));
+        }
+        if let Ok(Ok(Some(p))) = policy.as_ref().map(|r| r.as_ref().map(|p| p.as_deref())) {
+            if p != "noeviction" {
+                detail.push_str(&format!(
+                    "warning: Redis maxmemory-policy is {p}: it may evict outbox entries (lost deliveries); set noeviction\n"
+                ));
+            }
+        }
+        Ok(detail)
     }
 
     async fn api(&self, path: &str, query: &str) -> Result<Reply, AdminError> {

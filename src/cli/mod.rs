@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{redact_url, Config, Overrides, RedisTarget};
+use crate::config::{Config, Overrides};
 
 mod ops;
 mod run;
@@ -110,10 +110,7 @@ fn check(opt: &ConfigOpt) -> anyhow::Result<()> {
     let config = Config::from_file(&opt.config, &Overrides::default())?;
     println!("{}: ok", opt.config.display());
     println!("listen {}  admin {}", config.server.listen, config.server.admin_listen.as_deref().unwrap_or("off"));
-    match &config.redis.target {
-        RedisTarget::Embedded => println!("redis embedded (private redis-server under --data-dir)"),
-        RedisTarget::Url(u) => println!("redis {}", redact_url(u)),
-    }
+    println!("redis {}", config.redis.target.describe());
     for app in &config.apps {
         println!("app {} -> {}", app.name, app.upstream.url);
         let mut slack = vec![&app.events_path, &app.commands_path, &app.interactivity_path];

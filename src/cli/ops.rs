@@ -61,8 +61,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 async fn connect(t: &Target) -> anyhow::Result<Ops> {
     let overrides = Overrides { redis_url: t.redis_url.clone(), secrets_optional: true, ..Overrides::default() };
     let config = Arc::new(Config::from_file(&t.config.config, &overrides)?);
-    let url = match &config.redis.target {
-        RedisTarget::Url(u) => u.clone(),
+    let target = match &config.redis.target {
         RedisTarget::Embedded => {
             let socket = t.data_dir.join("redis.sock");
             anyhow::ensure!(
@@ -70,10 +69,12 @@ async fn connect(t: &Target) -> anyhow::Result<Ops> {
                 "the embedded Redis is not running ({} is missing): start `slackgate run` or pass --redis-url",
                 socket.display()
             );
-            format!("redis+unix://{}", socket.canonicalize()?.display())
+            RedisTarget::Url(format!("redis+unix://{}", socket.canonicalize()?.display()))
         }
+        target => target.clone(),
     };
-    let store = Store::new(outbox::connect_lazy(&url, Duration::from_secs(5))?);
+    let endpoint = outbox::Endpoint::new(target, config.redis.auth.clone());
+    let store = Store::new(outbox::connect_lazy(&endpoint, Duration::from_secs(5))?);
     store.ping().await.context("cannot reach Redis")?;
     Ok(Ops::new(config, store))
 }

@@ -12,13 +12,14 @@ use pingora::services::listening::Service;
 
 use super::{signals, RunOpts};
 use crate::admin::Admin;
-use crate::config::{redact_url, BoundPorts, Config, Overrides, RedisTarget};
+use crate::config::{BoundPorts, Config, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
 use crate::egress::Egress;
 use crate::embedded::EmbeddedRedis;
 use crate::ingress::{Guarded, Ingress};
 use crate::live::Live;
 use crate::metrics::FixedLabels;
+use crate::outbox::Endpoint;
 use crate::shared::Shared;
 
 pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
@@ -40,7 +41,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides).with_bound(bound));
     init_series(&shared, &config);
-    let (embedded, redis_url) = redis(&config, &opts)?;
+    let (embedded, redis) = redis(&config, &opts)?;
     // With a Redis URL nothing is written to disk (a read-only root filesystem is fine): the data
     // dir holds the embedded Redis, and the upgrade socket only when --upgrade needs it.
     let pid_file = opts.pid_file.clone().or_else(|| embedded.as_ref().map(|_| opts.data_dir.join("slackgate.pid")));
@@ -51,7 +52,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     let opt = pingora::server::configuration::Opt { upgrade: opts.upgrade, ..Default::default() };
     let mut server = Server::new_with_opt_and_conf(Some(opt), config.pingora_conf(&upgrade_sock));
     server.bootstrap();
-    add_services(&mut server, &config, &live, &shared, &redis_url);
+    add_services(&mut server, &config, &live, &shared, &redis);
     if let Some(p) = &pid_file {
         std::fs::write(p, std::process::id().to_string()).with_context(|| format!("pid file {}", p.display()))?;
     }
@@ -78,34 +79,35 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
 
 /// The Redis to use: the configured URL, or a private server started (or, on `--upgrade`,
 /// adopted) under the data dir.
-fn redis(config: &Config, opts: &RunOpts) -> anyhow::Result<(Option<EmbeddedRedis>, String)> {
+fn redis(config: &Config, opts: &RunOpts) -> anyhow::Result<(Option<EmbeddedRedis>, Endpoint)> {
+    let auth = config.redis.auth.clone();
     Ok(match &config.redis.target {
-        RedisTarget::Url(u) => (None, u.clone()),
         RedisTarget::Embedded => {
             let e = EmbeddedRedis::start(&opts.data_dir, opts.upgrade).context("embedded Redis")?;
-            let url = e.url();
-            (Some(e), url)
+            let endpoint = Endpoint::new(RedisTarget::Url(e.url()), auth);
+            (Some(e), endpoint)
         }
+        target => (None, Endpoint::new(target.clone(), auth)),
     })
 }
 
 /// The Slack listener (behind its connection guard), the delivery workers, the admin listener
 /// and the reloader, all sharing `shared`.
-fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis_url: &str) {
-    let ingress = Ingress::new(live.clone(), shared.clone(), redis_url.to_string());
+fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis: &Endpoint) {
+    let ingress = Ingress::new(live.clone(), shared.clone(), redis.clone());
     let proxy = pingora::proxy::http_proxy(&server.configuration, ingress);
     let mut service = Service::new("ingress".into(), Guarded::new(proxy, config.server.limits, shared.clone()));
     service.add_tcp(&config.server.listen);
     server.add_service(service);
-    let delivery = DeliveryService::new(live.clone(), shared.clone(), redis_url.to_string());
+    let delivery = DeliveryService::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("delivery", delivery));
     if let Some(addr) = &config.server.admin_listen {
-        let mut admin = Service::new("admin".into(), Admin::new(live.clone(), shared.clone(), redis_url.to_string()));
+        let mut admin = Service::new("admin".into(), Admin::new(live.clone(), shared.clone(), redis.clone()));
         admin.add_tcp(addr);
         server.add_service(admin);
     }
     if let Some(addr) = &config.egress.listen {
-        let egress = Egress::new(Arc::new(config.clone()), shared.clone(), redis_url.to_string());
+        let egress = Egress::new(Arc::new(config.clone()), shared.clone(), redis.clone());
         let mut service = Service::new("egress".into(), egress);
         service.add_tcp(addr);
         server.add_service(service);
@@ -176,10 +178,9 @@ fn preflight(config: &mut Config) -> anyhow::Result<BoundPorts> {
 /// and each app's routes and bot.
 fn announce(config: &Config, path: &Path, embedded: Option<&EmbeddedRedis>) {
     let s = &config.server;
-    let redis = match (&config.redis.target, embedded) {
-        (RedisTarget::Url(u), _) => redact_url(u),
-        (_, Some(e)) => format!("embedded at {}", e.url()),
-        (RedisTarget::Embedded, None) => "embedded".into(),
+    let redis = match embedded {
+        Some(e) => format!("embedded at {}", e.url()),
+        None => config.redis.target.describe(),
     };
     let apps: Vec<String> = config
         .apps

@@ -46,8 +46,17 @@ pub struct ServerSection {
 #[serde(deny_unknown_fields)]
 pub struct RedisSection {
     pub url: Option<String>,
+    pub cluster: Option<Vec<String>>,
+    pub sentinel: Option<Vec<String>>,
+    pub master_name: Option<String>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub password_file: Option<String>,
     pub key_prefix: Option<String>,
     pub shards: Option<u16>,
+    pub durability: Option<String>,
+    pub wait_replicas: Option<u32>,
+    pub wait_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

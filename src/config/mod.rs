@@ -9,6 +9,7 @@ mod duration;
 mod egress;
 mod file;
 mod include;
+mod redis;
 mod server;
 mod values;
 
@@ -133,15 +134,54 @@ pub struct ListenerLimits {
 pub enum RedisTarget {
     /// Start a private `redis-server` child (laptops, demos; never production).
     Embedded,
+    /// One node (`redis://`, `rediss://`, `unix://`).
     Url(String),
+    /// A Redis Cluster: some of its nodes; the rest are found from the slot map.
+    Cluster(Vec<String>),
+    /// A primary watched by Sentinels: the sentinels' URLs and the primary's name there.
+    Sentinel { sentinels: Vec<String>, master_name: String },
+}
+
+impl RedisTarget {
+    /// What it is, for a log line or `check`: passwords in URLs redacted.
+    pub fn describe(&self) -> String {
+        let list = |nodes: &[String]| nodes.iter().map(|n| redact_url(n)).collect::<Vec<_>>().join(", ");
+        match self {
+            RedisTarget::Embedded => "embedded (private redis-server under --data-dir)".into(),
+            RedisTarget::Url(u) => redact_url(u),
+            RedisTarget::Cluster(nodes) => format!("cluster, seed nodes {}", list(nodes)),
+            RedisTarget::Sentinel { sentinels, master_name } => {
+                format!("primary {master_name:?} from sentinels {}", list(sentinels))
+            }
+        }
+    }
+}
+
+/// Credentials for every node (and, for Sentinel, the sentinels too). Never in the TOML: the
+/// password comes from the environment (`"${VAR}"`) or a file.
+#[derive(Debug, Clone, Default)]
+pub struct RedisAuth {
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+}
+
+/// How durable an ack is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Recorded by the primary (and its AOF): a failover can lose what it had not replicated.
+    Local,
+    /// Recorded and confirmed by `replicas` replicas (`WAIT`) within `timeout`, else 503.
+    Replicated { replicas: u32, timeout: Duration },
 }
 
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
     pub target: RedisTarget,
+    pub auth: RedisAuth,
     pub key_prefix: String,
     /// Hash-tag shards per app; fixed for the life of the data (see README).
     pub shards: u16,
+    pub durability: Durability,
 }
 
 #[derive(Debug, Clone)]
@@ -210,7 +250,7 @@ impl Config {
             Validator { file: path.display().to_string(), base: path.parent(), secrets_optional: ov.secrets_optional };
         let raw: FileConfig = toml::from_str(text).map_err(|e| v.err("(toml)", e.to_string()))?;
         let server = v.server(&raw, ov)?;
-        let redis = v.redis(&raw, ov)?;
+        let redis = v.redis(&raw, ov, server.ack_budget)?;
         let mut apps = Vec::new();
         for (i, a) in raw.apps.iter().enumerate() {
             apps.push(Arc::new(v.app(&format!("app[{i}]."), a)?));

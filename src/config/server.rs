@@ -1,12 +1,11 @@
-//! `[server]` and `[redis]`: the listeners, their limits, the admin API's protection, and where
-//! Redis is.
+//! `[server]`: the listeners, their limits and the admin API's protection.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::file::{FileConfig, SizeValue};
 use super::values::{check_addr, check_host_entry};
-use super::{interpolate, parse_size, ConfigError, Overrides, RedisConfig, RedisTarget, Secret, ServerConfig};
+use super::{interpolate, parse_size, ConfigError, Overrides, Secret, ServerConfig};
 use super::{AdmissionConfig, ListenerLimits, Validator};
 
 /// Slack's own webhook host: a late reply is only ever posted there (plus configured hosts).
@@ -150,36 +149,5 @@ impl Validator<'_> {
             ));
         }
         Ok(AdmissionConfig { max_pending, wait })
-    }
-
-    pub(super) fn redis(&self, raw: &FileConfig, ov: &Overrides) -> Result<RedisConfig, ConfigError> {
-        let r = &raw.redis;
-        let url = match ov.redis_url.clone().or_else(|| r.url.clone()) {
-            None => None,
-            Some(u) => Some(interpolate(&u).map_err(|m| self.err("redis.url", m))?),
-        };
-        let target = match url.as_deref() {
-            None | Some("") | Some("embedded") => RedisTarget::Embedded,
-            Some(u)
-                if u.starts_with("redis://")
-                    || u.starts_with("rediss://")
-                    || u.starts_with("redis+unix://")
-                    || u.starts_with("unix://") =>
-            {
-                RedisTarget::Url(u.to_string())
-            }
-            Some(_) => {
-                return Err(self.err("redis.url", "must be \"embedded\" or a redis://, rediss:// or unix:// URL"))
-            }
-        };
-        let key_prefix = r.key_prefix.clone().unwrap_or_else(|| "slackgate".into());
-        if key_prefix.is_empty() || key_prefix.contains(['{', '}', ' ']) {
-            return Err(self.err("redis.key_prefix", "must be non-empty, without braces or spaces"));
-        }
-        let shards = r.shards.unwrap_or(1);
-        if !(1..=1024).contains(&shards) {
-            return Err(self.err("redis.shards", "must be between 1 and 1024"));
-        }
-        Ok(RedisConfig { target, key_prefix, shards })
     }
 }

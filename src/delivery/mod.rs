@@ -22,6 +22,7 @@ use tracing::{info, warn};
 use crate::config::{AppConfig, Config};
 use crate::egress::Attribution;
 use crate::live::Live;
+use crate::outbox::Endpoint;
 use crate::outbox::{self, ShardKeys, Store, StoreOp};
 use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
@@ -30,7 +31,7 @@ use crate::upstream::UpstreamClient;
 pub struct DeliveryService {
     live: Arc<Live>,
     shared: Arc<Shared>,
-    redis_url: String,
+    redis: Endpoint,
     consumer: String,
     attribution: Option<Attribution>,
 }
@@ -61,7 +62,7 @@ impl Shard {
 }
 
 impl DeliveryService {
-    pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis_url: String) -> Self {
+    pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let consumer = format!("{}-{}-{:08x}", host.trim(), std::process::id(), rand::random::<u32>());
         let config = live.get().config.clone();
@@ -69,8 +70,8 @@ impl DeliveryService {
             .egress
             .listen
             .as_ref()
-            .map(|_| Attribution::new(&redis_url, &config.redis.key_prefix, config.egress.attribution_window));
-        DeliveryService { live, shared, redis_url, consumer, attribution }
+            .map(|_| Attribution::new(&redis, &config.redis.key_prefix, config.egress.attribution_window));
+        DeliveryService { live, shared, redis, consumer, attribution }
     }
 
     /// Readers, housekeepers and gauges for every app shard of one config generation.
@@ -100,7 +101,7 @@ impl DeliveryService {
                     response_url_hosts: response_url_hosts.clone(),
                     attribution: self.attribution.clone(),
                 });
-                tasks.spawn(reader::read_loop(s.clone(), self.redis_url.clone(), stop.clone()));
+                tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), stop.clone()));
                 tasks.spawn(housekeeping::maintain_loop(s, stop.clone()));
             }
             let gauges = housekeeping::Gauges { app: app.name.clone(), shards, store: store.clone() };
@@ -113,7 +114,7 @@ impl DeliveryService {
 #[async_trait]
 impl BackgroundService for DeliveryService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let store = match outbox::connect_lazy(&self.redis_url, Duration::from_secs(2)) {
+        let store = match outbox::connect_lazy(&self.redis, Duration::from_secs(2)) {
             Ok(c) => Store::new(c),
             Err(e) => return warn!(error = %e, "delivery workers cannot start"),
         };

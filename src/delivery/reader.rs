@@ -23,9 +23,9 @@ const BATCH: usize = 64;
 /// While yielding to acks with every allowed attempt running, look again this often.
 const YIELD_POLL: Duration = Duration::from_millis(10);
 
-pub(super) async fn read_loop(s: Arc<Shard>, url: String, mut stop: watch::Receiver<bool>) {
+pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: watch::Receiver<bool>) {
     // Its own connection: a blocking XREADGROUP would stall a shared multiplexed one.
-    let mut conn = match outbox::connect_lazy(&url, READ_BLOCK + Duration::from_secs(2)) {
+    let mut conn = match outbox::connect_lazy(&redis, READ_BLOCK + Duration::from_secs(2)) {
         Ok(c) => c,
         Err(e) => return warn!(error = %e, "reader cannot connect"),
     };

@@ -29,6 +29,7 @@ use tracing::{debug, info};
 
 use crate::config::{Config, EgressConfig};
 use crate::outbox;
+use crate::outbox::Endpoint;
 use crate::shared::Shared;
 use call::Call;
 use slack_api::SlackApi;
@@ -130,16 +131,16 @@ impl Reply {
 pub struct Egress {
     config: Arc<Config>,
     shared: Arc<Shared>,
-    redis_url: String,
+    redis: Endpoint,
     /// Created on first use, on this service's runtime.
     store: OnceLock<EgressStore>,
     slack: SlackApi,
 }
 
 impl Egress {
-    pub fn new(config: Arc<Config>, shared: Arc<Shared>, redis_url: String) -> Self {
+    pub fn new(config: Arc<Config>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let slack = SlackApi::new(config.egress.slack_api_url.clone());
-        Egress { config, shared, redis_url, store: OnceLock::new(), slack }
+        Egress { config, shared, redis, store: OnceLock::new(), slack }
     }
 
     fn cfg(&self) -> &EgressConfig {
@@ -150,7 +151,7 @@ impl Egress {
         if let Some(s) = self.store.get() {
             return Some(s);
         }
-        let conn = outbox::connect_lazy(&self.redis_url, Duration::from_secs(2)).ok()?;
+        let conn = outbox::connect_lazy(&self.redis, Duration::from_secs(2)).ok()?;
         Some(self.store.get_or_init(|| EgressStore::new(conn, &self.config.redis.key_prefix)))
     }
 
@@ -275,7 +276,7 @@ fn audit(call: &Call, key_kind: &'static str, outcome: Outcome) {
 pub struct Attribution(Arc<AttributionInner>);
 
 struct AttributionInner {
-    redis_url: String,
+    redis: Endpoint,
     prefix: String,
     window: Duration,
     /// Connected on first use, on the runtime of the service that uses it.
@@ -283,9 +284,8 @@ struct AttributionInner {
 }
 
 impl Attribution {
-    pub fn new(redis_url: &str, prefix: &str, window: Duration) -> Attribution {
-        let inner =
-            AttributionInner { redis_url: redis_url.into(), prefix: prefix.into(), window, store: OnceLock::new() };
+    pub fn new(redis: &Endpoint, prefix: &str, window: Duration) -> Attribution {
+        let inner = AttributionInner { redis: redis.clone(), prefix: prefix.into(), window, store: OnceLock::new() };
         Attribution(Arc::new(inner))
     }
 
@@ -294,7 +294,7 @@ impl Attribution {
         if let Some(s) = a.store.get() {
             return Some(s);
         }
-        let conn = outbox::connect_lazy(&a.redis_url, Duration::from_secs(2)).ok()?;
+        let conn = outbox::connect_lazy(&a.redis, Duration::from_secs(2)).ok()?;
         Some(a.store.get_or_init(|| EgressStore::new(conn, &a.prefix)))
     }
 

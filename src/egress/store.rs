@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
+use crate::outbox::Conn;
 use bytes::Bytes;
-use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script, Value};
 use tokio::sync::OnceCell;
 
@@ -91,7 +91,7 @@ pub struct Place<'a> {
 
 #[derive(Clone)]
 pub struct EgressStore {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     hash_key: std::sync::Arc<OnceCell<Vec<u8>>>,
     s: std::sync::Arc<Scripts>,
@@ -112,7 +112,7 @@ struct Scripts {
 const DAY_MS: u64 = 24 * 3600 * 1000;
 
 impl EgressStore {
-    pub fn new(conn: ConnectionManager, prefix: &str) -> Self {
+    pub fn new(conn: Conn, prefix: &str) -> Self {
         let s = Scripts {
             idem_claim: Script::new(scripts::IDEM_CLAIM),
             fp_begin: Script::new(scripts::FP_BEGIN),

@@ -36,11 +36,15 @@ use tracing::info;
 use crate::config::{AppConfig, Config, RouteKind};
 use crate::drain::{InFlight, Work};
 use crate::live::Live;
+use crate::outbox::Endpoint;
 use crate::outbox::{self, Store};
 use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
 use admission::Admission;
 use answer::{Answer, Outcome, RequestKind};
+
+/// Connections for records under `durability = "replicated"` (see [`Ingress::store`]).
+const RECORD_CONNECTIONS: usize = 8;
 
 pub struct Ingress {
     /// `[server]` and `[redis]`, which only change on restart.
@@ -48,7 +52,7 @@ pub struct Ingress {
     /// The apps and their routes, which a reload may replace.
     live: Arc<Live>,
     shared: Arc<Shared>,
-    redis_url: String,
+    redis: Endpoint,
     client: Arc<UpstreamClient>,
     /// Created on first use, on this service's runtime (see `outbox::connect_lazy`).
     store: OnceLock<Store>,
@@ -84,10 +88,10 @@ struct Audit {
 }
 
 impl Ingress {
-    pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis_url: String) -> Self {
+    pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let config = live.get().config.clone();
         let attribution = config.egress.listen.as_ref().map(|_| {
-            crate::egress::Attribution::new(&redis_url, &config.redis.key_prefix, config.egress.attribution_window)
+            crate::egress::Attribution::new(&redis, &config.redis.key_prefix, config.egress.attribution_window)
         });
         let a = &config.server.admission;
         let m = &shared.metrics;
@@ -112,7 +116,7 @@ impl Ingress {
             config,
             live,
             shared,
-            redis_url,
+            redis,
             client: Arc::new(UpstreamClient::new()),
             store: OnceLock::new(),
         }
@@ -122,8 +126,16 @@ impl Ingress {
         if let Some(s) = self.store.get() {
             return Ok(s);
         }
-        let conn = outbox::connect_lazy(&self.redis_url, self.config.server.ack_budget)?;
-        Ok(self.store.get_or_init(|| Store::new(conn)))
+        let conn = outbox::connect_lazy(&self.redis, self.config.server.ack_budget)?;
+        let waiters = match self.config.redis.durability {
+            // A `WAIT` holds its connection until the replicas answer: records waiting for
+            // replicas take turns over a few connections instead of queueing behind one.
+            crate::config::Durability::Replicated { .. } => (0..RECORD_CONNECTIONS)
+                .map(|_| outbox::connect_lazy(&self.redis, self.config.server.ack_budget))
+                .collect::<Result<Vec<_>, _>>()?,
+            crate::config::Durability::Local => Vec::new(),
+        };
+        Ok(self.store.get_or_init(|| Store::new(conn).durable(self.config.redis.durability, waiters)))
     }
 
     /// Count one answered Slack route and write its audit line.

@@ -8,22 +8,27 @@
 //! `…:sched` zset of due retries · `…:dead` dead-letter stream · `…:wait` every waiting
 //! delivery by received-at · `…:r:m:…:alt` the other copies of a claimed message.
 
+mod conn;
 mod dead;
 mod maintain;
 mod model;
 mod scripts;
 
+pub use conn::{connect_lazy, Conn, Endpoint};
 pub use dead::DeadLetter;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 use model::stored;
 pub use model::{Finish, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use std::collections::HashMap;
 
 use redis::{AsyncCommands, Script, Value};
+
+use crate::config::Durability;
 
 /// The consumer group every gateway process joins.
 pub const GROUP: &str = "slackgate";
@@ -34,6 +39,8 @@ pub enum StoreError {
     Redis(#[from] redis::RedisError),
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
+    #[error("recorded, but only {confirmed} of {wanted} replicas confirmed it in time (WAIT)")]
+    NotReplicated { confirmed: u32, wanted: u32 },
 }
 
 /// The Redis keys of one app shard.
@@ -80,7 +87,11 @@ pub fn shard_of(key: &str, shards: u16) -> u16 {
 /// The store handle: cheap to clone, one multiplexed connection underneath.
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
+    conn: Conn,
+    durability: Durability,
+    /// With `replicated`: the connections records (and their `WAIT`s) take turns on.
+    waiters: Arc<[Conn]>,
+    turn: Arc<AtomicUsize>,
     record: Script,
     inline_finish: Script,
     extend: Script,
@@ -94,22 +105,13 @@ pub struct Store {
     remove_idle_consumers: Script,
 }
 
-/// A ConnectionManager that connects on first use; call from the runtime that will use it
-/// (redis-rs drives the connection on the runtime that created it).
-pub fn connect_lazy(url: &str, response_timeout: Duration) -> Result<ConnectionManager, StoreError> {
-    let client = redis::Client::open(url)?;
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(response_timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    Ok(ConnectionManager::new_lazy_with_config(client, config)?)
-}
-
 impl Store {
-    pub fn new(conn: ConnectionManager) -> Self {
+    pub fn new(conn: Conn) -> Self {
         Store {
             conn,
+            durability: Durability::Local,
+            waiters: Arc::new([]),
+            turn: Arc::new(AtomicUsize::new(0)),
             record: Script::new(scripts::RECORD),
             inline_finish: Script::new(scripts::INLINE_FINISH),
             extend: Script::new(scripts::EXTEND),
@@ -124,6 +126,14 @@ impl Store {
         }
     }
 
+    /// Records (and their duplicates) answered only once `durability` holds; `waiters` are
+    /// the connections to record on when that means waiting for replicas.
+    pub fn durable(mut self, durability: Durability, waiters: Vec<Conn>) -> Self {
+        self.durability = durability;
+        self.waiters = waiters.into();
+        self
+    }
+
     /// The one round trip before the ack: claim the receipt and append to the outbox, or report
     /// a duplicate.
     pub async fn record(&self, keys: &ShardKeys, d: &NewDelivery<'_>) -> Result<Recorded, StoreError> {
@@ -136,38 +146,55 @@ impl Store {
             Placement::Inline { due_ms } => ("inline", due_ms),
             Placement::Discard => ("discard", 0),
         };
-        let (status, id, cancelled): (i64, String, i64) = self
-            .record
-            .key(receipt.as_deref().unwrap_or(&hash))
-            .key(&keys.stream)
-            .key(&hash)
-            .key(&keys.sched)
-            .key(claim.as_deref().unwrap_or(&hash))
-            .key(cancel.as_deref().unwrap_or(&hash))
-            .key(&keys.wait)
-            .arg(d.ttl.as_millis() as u64)
-            .arg(d.id)
-            .arg(d.body)
-            .arg(d.content_type)
-            .arg(d.path)
-            .arg(d.kind.as_str())
-            .arg(d.received_ms)
-            .arg(mode)
-            .arg(due)
-            .arg(u8::from(claim.is_some()))
-            .arg(u8::from(cancel.is_some()))
-            .arg(&keys.tag)
-            .arg(GROUP)
-            .arg(d.detail)
-            .arg(d.response_url)
-            .arg(u8::from(receipt.is_some()))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let replicated = matches!(self.durability, Durability::Replicated { .. });
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(self.record.get_hash()).arg(7);
+        eval.arg(receipt.as_deref().unwrap_or(&hash)).arg(&keys.stream).arg(&hash).arg(&keys.sched);
+        eval.arg(claim.as_deref().unwrap_or(&hash)).arg(cancel.as_deref().unwrap_or(&hash)).arg(&keys.wait);
+        eval.arg(d.ttl.as_millis() as u64).arg(d.id).arg(d.body).arg(d.content_type).arg(d.path);
+        eval.arg(d.kind.as_str()).arg(d.received_ms).arg(mode).arg(due);
+        eval.arg(u8::from(claim.is_some())).arg(u8::from(cancel.is_some())).arg(&keys.tag).arg(GROUP);
+        eval.arg(d.detail).arg(d.response_url).arg(u8::from(receipt.is_some())).arg(u8::from(replicated));
+        let (status, id, cancelled) = self.record_call(eval).await?;
         Ok(match status {
             1 => Recorded::New { cancelled: cancelled == 1 },
             2 => Recorded::DuplicateMessage(id),
             _ => Recorded::Duplicate(id),
         })
+    }
+
+    /// RECORD, loading the script where the node does not have it. With `replicated`, RECORD
+    /// and `WAIT` go as one pipeline on one connection to one node, so the `WAIT` counts the
+    /// replicas that have this very record — never another node's, whatever a failover or a
+    /// reconnect does in between (then the pair fails or runs again as a whole).
+    async fn record_call(&self, eval: redis::Cmd) -> Result<(i64, String, i64), StoreError> {
+        let mut conn = match self.waiters.len() {
+            0 => self.conn.clone(),
+            n => self.waiters[self.turn.fetch_add(1, Ordering::Relaxed) % n].clone(),
+        };
+        for attempt in 0..2 {
+            let reply = match self.durability {
+                Durability::Local => eval.query_async::<(i64, String, i64)>(&mut conn).await.map(|r| (r, None)),
+                Durability::Replicated { replicas, timeout } => {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(eval.clone()).cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
+                    pipe.query_async::<((i64, String, i64), u32)>(&mut conn)
+                        .await
+                        .map(|(r, n)| (r, Some((n, replicas))))
+                }
+            };
+            match reply {
+                Ok((_, Some((confirmed, wanted)))) if confirmed < wanted => {
+                    return Err(StoreError::NotReplicated { confirmed, wanted })
+                }
+                Ok((r, _)) => return Ok(r),
+                Err(e) if attempt == 0 && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    self.record.prepare_invoke().load_async(&mut conn).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::Protocol("RECORD: NOSCRIPT after loading it".into()))
     }
 
     /// Fenced completion of an inline delivery by the ingress that holds it. `false`: its
@@ -282,12 +309,37 @@ impl Store {
     /// Redis' `maxmemory-policy` (from `INFO memory`, which managed Redis services allow where
     /// they refuse `CONFIG GET`); `None` when it does not say.
     pub async fn eviction_policy(&self) -> Result<Option<String>, StoreError> {
-        let info: String = redis::cmd("INFO").arg("memory").query_async(&mut self.conn.clone()).await?;
-        Ok(info.lines().find_map(|l| l.strip_prefix("maxmemory_policy:")).map(|p| p.trim().to_string()))
+        let infos = self.conn.clone().info("memory").await?;
+        // Of several nodes, the first that would evict.
+        let policies = infos.iter().filter_map(|i| i.lines().find_map(|l| l.strip_prefix("maxmemory_policy:")));
+        let mut policies: Vec<String> = policies.map(|p| p.trim().to_string()).collect();
+        policies.sort_by_key(|p| p == "noeviction");
+        Ok(policies.into_iter().next())
+    }
+
+    /// What the connection sees, for `/readyz`: a cluster's state and size, or a node's role
+    /// and replicas.
+    pub async fn topology(&self) -> Result<String, StoreError> {
+        let mut conn = self.conn.clone();
+        let field = |text: &str, key: &str| {
+            text.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string()).unwrap_or_else(|| "?".into())
+        };
+        if let Conn::Cluster(_) = conn {
+            let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await?;
+            return Ok(format!(
+                "cluster, state {}, {} masters serving slots, {} nodes",
+                field(&info, "cluster_state:"),
+                field(&info, "cluster_size:"),
+                field(&info, "cluster_known_nodes:")
+            ));
+        }
+        let kind = if let Conn::Sentinel(_) = conn { "primary named by the sentinels" } else { "one node" };
+        let info = conn.info("replication").await?.concat();
+        Ok(format!("{kind}, role {}, {} replicas connected", field(&info, "role:"), field(&info, "connected_slaves:")))
     }
 
     /// The connection underneath, for other records kept in the same Redis.
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> Conn {
         self.conn.clone()
     }
 
@@ -309,7 +361,7 @@ fn fenced<'a>(script: &'a Script, keys: &ShardKeys, consumer: &str, lease: &Leas
 /// Read new entries for `consumer`, blocking up to `block` on a connection of its own
 /// (a blocking read would stall every other command on a shared multiplexed connection).
 pub async fn read_new(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     keys: &ShardKeys,
     consumer: &str,
     count: usize,

@@ -53,7 +53,8 @@ end
 /// ARGV: 1 receipt ttl ms, 2 delivery id, 3 body, 4 content type, 5 path, 6 kind, 7 received-at
 /// ms, 8 placement (stream | inline | discard: only the receipt and the cancellation), 9 inline
 /// due ms, 10 has claim (0/1), 11 has cancel (0/1), 12 key tag, 13 group, 14 detail,
-/// 15 response url, 16 has receipt (0/1).
+/// 15 response url, 16 has receipt (0/1), 17 replicated (0/1: a duplicate writes too, so that
+/// the `WAIT` after it covers the original record, whichever connection wrote that).
 ///
 /// Returns {1, id, cancelled} when recorded, {0, original id, 0} for a retry of a known
 /// receipt, {2, holder id, 0} for another event of a message already claimed. An inline
@@ -66,7 +67,15 @@ local function store(hk, ...)
   redis.call('HSET', hk, 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6], 'rcv', ARGV[7], 'n', 0,
     'x', ARGV[14], 'ru', ARGV[15], ...)
 end
+-- A write that changes nothing (the same expiry again), for a duplicate under WAIT.
+local function touch(k)
+  if ARGV[17] == '1' then
+    local ttl = redis.call('PTTL', k)
+    if ttl > 0 then redis.call('PEXPIRE', k, ttl) end
+  end
+end
 if ARGV[16] == '1' and not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[1]) then
+  touch(KEYS[1])
   return {0, redis.call('GET', KEYS[1]) or '', 0}
 end
 if ARGV[10] == '1' and not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[1]) then
@@ -87,6 +96,7 @@ if ARGV[10] == '1' and not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[
       redis.call('RPUSH', KEYS[5] .. ':alt', ARGV[2])
       redis.call('PEXPIRE', KEYS[5] .. ':alt', ttl)
     end
+    touch(KEYS[5])
     return {2, holder, 0}
   end
 end

@@ -8,10 +8,11 @@ use slackgate::slack::Kind;
 
 use crate::utils::*;
 
-async fn setup() -> (RedisServer, Store, redis::aio::ConnectionManager, ShardKeys) {
+async fn setup() -> (RedisServer, Store, outbox::Conn, ShardKeys) {
     let redis = RedisServer::start();
-    let store = Store::new(outbox::connect_lazy(&redis.url(), Duration::from_secs(2)).unwrap());
-    let reader = outbox::connect_lazy(&redis.url(), Duration::from_secs(5)).unwrap();
+    let endpoint = outbox::Endpoint::url(&redis.url());
+    let store = Store::new(outbox::connect_lazy(&endpoint, Duration::from_secs(2)).unwrap());
+    let reader = outbox::connect_lazy(&endpoint, Duration::from_secs(5)).unwrap();
     let keys = ShardKeys::new(&prefix("fence"), "bot", 0);
     store.ensure_group(&keys).await.unwrap();
     (redis, store, reader, keys)
@@ -150,7 +151,7 @@ async fn consumers_of_gone_processes_are_forgotten_unless_they_hold_something() 
     assert_eq!(names, ["gone-holding", "me"], "the idle one without pending entries is removed");
 }
 
-async fn consumers(conn: &mut redis::aio::ConnectionManager, keys: &ShardKeys) -> Vec<String> {
+async fn consumers(conn: &mut outbox::Conn, keys: &ShardKeys) -> Vec<String> {
     let info: Vec<std::collections::HashMap<String, redis::Value>> =
         redis::cmd("XINFO").arg("CONSUMERS").arg(&keys.stream).arg(outbox::GROUP).query_async(conn).await.unwrap();
     let mut names: Vec<String> =

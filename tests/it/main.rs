@@ -6,6 +6,7 @@ mod utils;
 mod bad_input;
 mod bolt;
 mod cli;
+mod cluster;
 mod dedupe;
 mod delivery;
 mod edges;

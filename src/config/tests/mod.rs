@@ -335,3 +335,64 @@ fn server_and_redis_bounds() {
 mod apps;
 mod limits;
 mod secrets;
+
+// ---------------------------------------------------------------- [redis]: topologies, auth, durability
+
+#[test]
+fn redis_cluster_and_sentinel_forms() {
+    let a = app("a", "SG_CFG_REDIS_FORMS", "");
+    let c = load(&format!("[redis]\ncluster = [\"redis://10.0.0.1:7000\", \"rediss://10.0.0.2:7000\"]\n{a}")).unwrap();
+    assert_eq!(
+        c.redis.target,
+        RedisTarget::Cluster(vec!["redis://10.0.0.1:7000".into(), "rediss://10.0.0.2:7000".into()])
+    );
+    let c = load(&format!("[redis]\nsentinel = [\"redis://10.0.0.5:26379\"]\nmaster_name = \"main\"\n{a}")).unwrap();
+    assert_eq!(
+        c.redis.target,
+        RedisTarget::Sentinel { sentinels: vec!["redis://10.0.0.5:26379".into()], master_name: "main".into() }
+    );
+    assert_eq!(c.redis.durability, Durability::Local);
+    let both = format!("[redis]\nurl = \"redis://x/\"\ncluster = [\"redis://y:1\"]\n{a}");
+    assert_err(&load_err(&both), "redis");
+    assert_err(&load_err(&format!("[redis]\ncluster = []\n{a}")), "redis.cluster");
+    assert_err(&load_err(&format!("[redis]\ncluster = [\"10.0.0.1:7000\"]\n{a}")), "redis.cluster");
+    assert_err(&load_err(&format!("[redis]\nsentinel = [\"redis://s:26379\"]\n{a}")), "redis.master_name");
+    assert_err(&load_err(&format!("[redis]\nurl = \"redis://x/\"\nmaster_name = \"m\"\n{a}")), "redis.master_name");
+    // The flag replaces whichever form the file names.
+    let ov = Overrides { redis_url: Some("redis://127.0.0.1:6380/".into()), ..Overrides::default() };
+    let c = load_with(&format!("[redis]\ncluster = [\"redis://y:1\"]\n{a}"), &ov).unwrap();
+    assert_eq!(c.redis.target, RedisTarget::Url("redis://127.0.0.1:6380/".into()));
+}
+
+#[test]
+fn redis_passwords_come_from_the_environment_or_a_file() {
+    let a = app("a", "SG_CFG_REDIS_AUTH", "");
+    set_env("SG_CFG_REDIS_PASSWORD", "hunter2-but-long");
+    let c = load(&format!("[redis]\nusername = \"gw\"\npassword = \"${{SG_CFG_REDIS_PASSWORD}}\"\n{a}")).unwrap();
+    assert_eq!(c.redis.auth.username.as_deref(), Some("gw"));
+    assert_eq!(c.redis.auth.password.as_ref().map(|p| p.expose().to_vec()), Some(b"hunter2-but-long".to_vec()));
+    assert_err(&load_err(&format!("[redis]\npassword = \"literal\"\n{a}")), "redis.password");
+    assert_err(&load_err(&format!("[redis]\npassword = \"${{SG_CFG_REDIS_UNSET_PW}}\"\n{a}")), "redis.password");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pw"), "from-a-file\n").unwrap();
+    let text = format!("[redis]\npassword_file = \"pw\"\n{a}");
+    let c = Config::from_toml(&text, &dir.path().join("gateway.toml"), &Overrides::default()).unwrap();
+    assert_eq!(c.redis.auth.password.as_ref().map(|p| p.expose().to_vec()), Some(b"from-a-file".to_vec()));
+    let missing = Config::from_toml(&text, Path::new("/nonexistent/gateway.toml"), &Overrides::default());
+    assert_eq!(missing.unwrap_err().key, "redis.password_file");
+}
+
+#[test]
+fn replicated_durability_waits_inside_the_ack_budget() {
+    let a = app("a", "SG_CFG_REDIS_DURABLE", "");
+    let c = load(&format!("[redis]\ndurability = \"replicated\"\n{a}")).unwrap();
+    assert_eq!(c.redis.durability, Durability::Replicated { replicas: 1, timeout: Duration::from_millis(500) });
+    let c =
+        load(&format!("[redis]\ndurability = \"replicated\"\nwait_replicas = 2\nwait_timeout = \"1s\"\n{a}")).unwrap();
+    assert_eq!(c.redis.durability, Durability::Replicated { replicas: 2, timeout: Duration::from_secs(1) });
+    let late = format!("[redis]\ndurability = \"replicated\"\nwait_timeout = \"2s\"\n{a}");
+    assert_err(&load_err(&late), "redis.wait_timeout");
+    let none = format!("[redis]\ndurability = \"replicated\"\nwait_replicas = 0\n{a}");
+    assert_err(&load_err(&none), "redis.wait_replicas");
+    assert_err(&load_err(&format!("[redis]\ndurability = \"quorum\"\n{a}")), "redis.durability");
+}

@@ -49,7 +49,7 @@ admin_listen = "127.0.0.1:{admin}"
 shutdown_grace = "1s"
 {server}
 [redis]
-url = "{redis}"
+{redis}
 key_prefix = "{prefix}"
 {redis_extra}
 
@@ -64,7 +64,8 @@ delivery = {delivery}
 {tail}
 "#,
             server = self.server,
-            redis = self.redis_url,
+            // Empty: the test names its Redis in `redis` (`cluster = [...]`, `sentinel = [...]`).
+            redis = if self.redis_url.is_empty() { String::new() } else { format!("url = \"{}\"", self.redis_url) },
             redis_extra = self.redis,
             prefix = self.prefix,
             upstream = self.upstream,

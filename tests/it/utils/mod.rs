@@ -7,6 +7,7 @@ mod child;
 mod fake_slack;
 mod gateway;
 mod receiver;
+mod redis_cluster;
 mod redis_server;
 mod tls;
 
@@ -14,6 +15,7 @@ pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack};
 pub use gateway::{started_on, Gateway, GatewayConfig};
 pub use receiver::{Receiver, Reply, Reserved};
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 pub use tls::TestCa;
 

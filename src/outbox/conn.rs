@@ -1,0 +1,203 @@
+//! One connection handle for the three ways to reach Redis: one node, a Redis Cluster, or a
+//! primary that Sentinels watch. Everything above it (the scripts, the reads, the admin and the
+//! egress) sends commands through [`Conn`] and never knows which; every key of one command or
+//! script shares one hash tag, so a cluster routes it to one slot and never answers CROSSSLOT.
+//!
+//! - one node: redis-rs' `ConnectionManager` (reconnects by itself);
+//! - cluster: redis-rs' cluster-async connection (slot map, MOVED/ASK, reconnects);
+//! - sentinel: the primary the sentinels name, through a `ConnectionManager`; after an error
+//!   that says the node is gone or no longer primary (a failover), the next command asks the
+//!   sentinels again.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::config::{RedisAuth, RedisTarget};
+
+use super::StoreError;
+
+/// Where Redis is and how to log in: what every service connects with.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    target: RedisTarget,
+    auth: RedisAuth,
+}
+
+impl Endpoint {
+    /// `target` is never `Embedded` here: the embedded server is reached by its socket URL.
+    pub fn new(target: RedisTarget, auth: RedisAuth) -> Endpoint {
+        Endpoint { target, auth }
+    }
+
+    /// One node, no credentials (tests, tools).
+    pub fn url(url: &str) -> Endpoint {
+        Endpoint { target: RedisTarget::Url(url.to_string()), auth: RedisAuth::default() }
+    }
+
+    /// "node", "cluster" or "sentinel", for `/readyz` and logs.
+    pub fn topology(&self) -> &'static str {
+        match self.target {
+            RedisTarget::Cluster(_) => "cluster",
+            RedisTarget::Sentinel { .. } => "sentinel",
+            _ => "node",
+        }
+    }
+
+    fn info(&self, url: &str) -> RedisResult<redis::ConnectionInfo> {
+        let info = url.into_connection_info()?;
+        let mut settings = info.redis_settings().clone();
+        if let Some(u) = &self.auth.username {
+            settings = settings.set_username(u);
+        }
+        if let Some(p) = &self.auth.password {
+            settings = settings.set_password(String::from_utf8_lossy(p.expose()));
+        }
+        Ok(info.set_redis_settings(settings))
+    }
+}
+
+/// A cheap-to-clone connection to whichever Redis the endpoint names.
+#[derive(Clone)]
+pub enum Conn {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(Arc<SentinelConn>),
+}
+
+/// A connection that connects on first use; call from the runtime that will use it (redis-rs
+/// drives its connections on the runtime that created them).
+pub fn connect_lazy(endpoint: &Endpoint, response_timeout: Duration) -> Result<Conn, StoreError> {
+    Ok(match &endpoint.target {
+        RedisTarget::Cluster(nodes) => {
+            let infos = nodes.iter().map(|n| endpoint.info(n)).collect::<RedisResult<Vec<_>>>()?;
+            let client = ClusterClientBuilder::new(infos).retries(2).build()?;
+            let config = ClusterConfig::new()
+                .set_connection_timeout(Duration::from_secs(1))
+                .set_response_timeout(response_timeout);
+            Conn::Cluster(client.get_pending_async_connection_with_config(config))
+        }
+        RedisTarget::Sentinel { sentinels, master_name } => {
+            let mut node = redis::RedisConnectionInfo::default();
+            if let Some(u) = &endpoint.auth.username {
+                node = node.set_username(u);
+            }
+            if let Some(p) = &endpoint.auth.password {
+                node = node.set_password(String::from_utf8_lossy(p.expose()));
+            }
+            let infos = sentinels.iter().map(|n| endpoint.info(n)).collect::<RedisResult<Vec<_>>>()?;
+            let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
+            let client = SentinelClient::build(infos, master_name.clone(), Some(node), SentinelServerType::Master)?;
+            Conn::Sentinel(Arc::new(SentinelConn {
+                client: tokio::sync::Mutex::new(client),
+                primary: Mutex::new(None),
+                config: manager_config(response_timeout),
+            }))
+        }
+        RedisTarget::Url(url) => {
+            let client = redis::Client::open(endpoint.info(url)?)?;
+            Conn::Node(ConnectionManager::new_lazy_with_config(client, manager_config(response_timeout))?)
+        }
+        RedisTarget::Embedded => {
+            return Err(StoreError::Protocol("the embedded server has no endpoint of its own".into()))
+        }
+    })
+}
+
+fn manager_config(response_timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(response_timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500))
+}
+
+/// The primary the sentinels named last, asked again after an error that may mean a failover.
+pub struct SentinelConn {
+    client: tokio::sync::Mutex<SentinelClient>,
+    primary: Mutex<Option<ConnectionManager>>,
+    config: ConnectionManagerConfig,
+}
+
+impl SentinelConn {
+    async fn primary(&self) -> RedisResult<ConnectionManager> {
+        if let Some(c) = self.primary.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
+        let client = self.client.lock().await.async_get_client().await?;
+        let manager = ConnectionManager::new_with_config(client, self.config.clone()).await?;
+        *self.primary.lock().unwrap_or_else(|e| e.into_inner()) = Some(manager.clone());
+        Ok(manager)
+    }
+
+    /// After a failover the old primary refuses writes (READONLY) or is gone: forget it.
+    fn settle<T>(&self, r: RedisResult<T>) -> RedisResult<T> {
+        if let Err(e) = &r {
+            let moved_on = e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout()
+                || e.code().is_some_and(|c| c == "READONLY" || c == "MASTERDOWN" || c == "LOADING");
+            if moved_on {
+                *self.primary.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+        }
+        r
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Node(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(s) => Box::pin(async move {
+                let mut c = s.primary().await.map_err(|e| s.settle::<()>(Err(e)).unwrap_err())?;
+                s.settle(c.req_packed_command(cmd).await)
+            }),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Node(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(s) => Box::pin(async move {
+                let mut c = s.primary().await.map_err(|e| s.settle::<()>(Err(e)).unwrap_err())?;
+                s.settle(c.req_packed_commands(cmd, offset, count).await)
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Node(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(_) => 0,
+        }
+    }
+}
+
+impl Conn {
+    /// The text of `INFO section` from every node that answers it (one node, or each node of
+    /// a cluster).
+    pub async fn info(&mut self, section: &str) -> RedisResult<Vec<String>> {
+        let reply: Value = redis::cmd("INFO").arg(section).query_async(self).await?;
+        Ok(match reply {
+            Value::Map(nodes) => {
+                nodes.into_iter().filter_map(|(_, v)| redis::from_redis_value::<String>(v).ok()).collect()
+            }
+            other => vec![redis::from_redis_value::<String>(other)?],
+        })
+    }
+}

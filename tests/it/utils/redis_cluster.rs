@@ -1,0 +1,201 @@
+//! A Redis Cluster on loopback, made by the test: `masters` primaries with `replicas` replicas
+//! each (`redis-server --cluster-enabled`, `redis-cli --cluster create`), AOF on, a short node
+//! timeout so that a killed primary's replica takes over within seconds. Every node is killed
+//! when the value is dropped.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::KillOnDrop;
+
+pub struct RedisCluster {
+    pub ports: Vec<u16>,
+    nodes: Vec<Option<KillOnDrop>>,
+    dir: tempfile::TempDir,
+}
+
+/// A port with its cluster bus port (+10000) free too; below 55536 so the bus port exists.
+fn free_port_pair() -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        drop(l);
+        if p < 55_536 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            return p;
+        }
+        // Ephemeral ports are mostly above 32768; pick one from below instead.
+        let p = 20_000 + (rand_u16() % 10_000);
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+        {
+            return p;
+        }
+    }
+}
+
+fn rand_u16() -> u16 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    (nanos ^ (std::process::id() << 8)) as u16
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let n = masters * (1 + replicas);
+        let mut me = RedisCluster { ports: Vec::new(), nodes: Vec::new(), dir };
+        while me.ports.len() < n {
+            let p = free_port_pair();
+            if !me.ports.contains(&p) {
+                me.ports.push(p);
+            }
+        }
+        for i in 0..n {
+            let node = me.spawn(i);
+            me.nodes.push(Some(node));
+        }
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for p in &me.ports {
+            create.arg(format!("127.0.0.1:{p}"));
+        }
+        let out = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli on PATH");
+        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(me.wait_ok(Duration::from_secs(30)), "the cluster did not reach state ok");
+        me
+    }
+
+    fn spawn(&self, i: usize) -> KillOnDrop {
+        let p = self.ports[i];
+        let data = self.dir.path().join(p.to_string());
+        std::fs::create_dir_all(&data).unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &p.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+            .args(["--cluster-node-timeout", "2000", "--appendonly", "yes", "--save", ""])
+            // A replica takes over however long it was cut off (the test decides what is lost).
+            .args(["--cluster-replica-validity-factor", "0"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .arg("--dir")
+            .arg(&data)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.node(p).is_none() {
+            assert!(Instant::now() < deadline, "redis-server on {p} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        KillOnDrop::new(child)
+    }
+
+    /// A plain connection to one node.
+    pub fn node(&self, port: u16) -> Option<redis::Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+        let mut c = client.get_connection_with_timeout(Duration::from_millis(300)).ok()?;
+        redis::cmd("PING").query::<String>(&mut c).ok()?;
+        Some(c)
+    }
+
+    /// The TOML line that points a gateway at this cluster.
+    pub fn toml(&self) -> String {
+        let nodes: Vec<String> = self.ports.iter().map(|p| format!("\"redis://127.0.0.1:{p}/\"")).collect();
+        format!("cluster = [{}]", nodes.join(", "))
+    }
+
+    /// Every live node reports `cluster_state:ok`.
+    pub fn wait_ok(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            // Every node sees the cluster ok, and every replica is in sync with its primary.
+            let ok = self.live_ports().iter().all(|p| {
+                let Some(mut c) = self.node(*p) else { return false };
+                let cluster: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap_or_default();
+                let repl: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap_or_default();
+                cluster.contains("cluster_state:ok")
+                    && (repl.contains("role:master") || repl.contains("master_link_status:up"))
+            });
+            if ok {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    fn live_ports(&self) -> Vec<u16> {
+        self.ports.iter().zip(&self.nodes).filter(|(_, n)| n.is_some()).map(|(p, _)| *p).collect()
+    }
+
+    /// The ports of the live primaries.
+    pub fn masters(&self) -> Vec<u16> {
+        self.live_ports()
+            .into_iter()
+            .filter(|p| {
+                self.node(*p)
+                    .and_then(|mut c| redis::cmd("ROLE").query::<redis::Value>(&mut c).ok())
+                    .is_some_and(|v| format!("{v:?}").contains("master"))
+            })
+            .collect()
+    }
+
+    /// Keys matching `pattern` on one node (its own slots only).
+    pub fn keys_on(&self, port: u16, pattern: &str) -> Vec<String> {
+        self.node(port).map(|mut c| redis::cmd("KEYS").arg(pattern).query(&mut c).unwrap()).unwrap_or_default()
+    }
+
+    /// Start a killed node again on its port and data: it rejoins, as a replica of whoever
+    /// took over its slots.
+    pub fn restart(&mut self, port: u16) {
+        let i = self.ports.iter().position(|p| *p == port).unwrap();
+        let node = self.spawn(i);
+        self.nodes[i] = Some(node);
+    }
+
+    /// Wait until `port` is a primary (a replica promoted by a failover).
+    pub fn wait_primary(&self, port: u16, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.masters().contains(&port) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// The primary that serves `key`'s slot (the others answer MOVED).
+    pub fn owner_of(&self, key: &str) -> u16 {
+        self.masters()
+            .into_iter()
+            .find(|m| redis::cmd("EXISTS").arg(key).query::<i64>(&mut self.node(*m).unwrap()).is_ok())
+            .unwrap_or_else(|| panic!("no primary serves {key}"))
+    }
+
+    /// The port of a primary's (first) replica.
+    pub fn replica_of(&self, master: u16) -> u16 {
+        let role: redis::Value = redis::cmd("ROLE").query(&mut self.node(master).unwrap()).unwrap();
+        let text = format!("{role:?}");
+        self.ports
+            .iter()
+            .copied()
+            .find(|p| *p != master && text.contains(&p.to_string()))
+            .unwrap_or_else(|| panic!("no replica of {master} in {text}"))
+    }
+
+    /// Freeze a node (SIGSTOP) or let it go on (SIGCONT): a frozen replica acknowledges nothing.
+    pub fn signal(&self, port: u16, signal: &str) {
+        let i = self.ports.iter().position(|p| *p == port).unwrap();
+        let pid = self.nodes[i].as_ref().expect("node is running").id();
+        let ok = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap().success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
+    /// SIGKILL one node.
+    pub fn kill(&mut self, port: u16) {
+        let i = self.ports.iter().position(|p| *p == port).unwrap();
+        self.nodes[i] = None;
+    }
+}
