@@ -17,5 +17,6 @@ mod lifecycle;
 mod messages;
 mod operate;
 mod overload;
+mod sentinel;
 mod sim;
 mod store_outage;

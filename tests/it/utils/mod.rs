@@ -8,6 +8,7 @@ mod fake_slack;
 mod gateway;
 mod receiver;
 mod redis_cluster;
+mod redis_sentinel;
 mod redis_server;
 mod tls;
 
@@ -16,6 +17,7 @@ pub use fake_slack::{Behaviour, FakeSlack};
 pub use gateway::{started_on, Gateway, GatewayConfig};
 pub use receiver::{Receiver, Reply, Reserved};
 pub use redis_cluster::RedisCluster;
+pub use redis_sentinel::RedisSentinel;
 pub use redis_server::RedisServer;
 pub use tls::TestCa;
 
