@@ -90,7 +90,8 @@ pub fn connect_lazy(endpoint: &Endpoint, response_timeout: Duration) -> Result<C
             if let Some(p) = &endpoint.auth.password {
                 node = node.set_password(String::from_utf8_lossy(p.expose()));
             }
-            let infos = sentinels.iter().map(|n| endpoint.info(n)).collect::<RedisResult<Vec<_>>>()?;
+            // The credentials are the data nodes'; a sentinel's own, if any, are in its URL.
+            let infos = sentinels.iter().map(|n| n.as_str().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
             let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
             let client = SentinelClient::build(infos, master_name.clone(), Some(node), SentinelServerType::Master)?;
             Conn::Sentinel(Arc::new(SentinelConn {
