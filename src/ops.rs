@@ -86,8 +86,12 @@ impl Ops {
         }
     }
 
-    fn shards(&self, app: &AppConfig) -> Vec<ShardKeys> {
-        (0..self.config.redis.shards).map(|i| ShardKeys::new(&self.config.redis.key_prefix, &app.name, i)).collect()
+    /// Every shard the app's deliveries may be in (more than configured after `shards` was
+    /// lowered: the old ones are drained, and the tools see them until they are).
+    async fn shards(&self, app: &AppConfig) -> Result<Vec<ShardKeys>, OpsError> {
+        let (prefix, n) = (&self.config.redis.key_prefix, self.config.redis.shards);
+        let in_use = self.store.shards_in_use(prefix, &app.name, n, false).await?;
+        Ok((0..in_use).map(|i| ShardKeys::new(prefix, &app.name, i)).collect())
     }
 
     /// A delivery id starts with its shard: `<shard>-<hex>`.
@@ -96,7 +100,7 @@ impl Ops {
             .split_once('-')
             .filter(|(_, hex)| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
             .and_then(|(s, _)| s.parse::<u16>().ok())
-            .filter(|s| *s < self.config.redis.shards)
+            .filter(|s| *s < 1024)
             .ok_or_else(|| OpsError::BadId(id.into()))?;
         Ok(ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard))
     }
@@ -116,7 +120,7 @@ impl Ops {
     pub async fn stats(&self, app: Option<&str>) -> Result<Vec<AppStats>, OpsError> {
         let mut out = Vec::new();
         for a in self.apps(app)? {
-            let stats = outbox::app_stats(&self.store, &self.shards(a), now_ms()).await?;
+            let stats = outbox::app_stats(&self.store, &self.shards(a).await?, now_ms()).await?;
             out.push(AppStats { app: a.name.clone(), stats });
         }
         Ok(out)
@@ -126,7 +130,7 @@ impl Ops {
     pub async fn list(&self, app: Option<&str>, limit: usize) -> Result<Vec<AppDeadLetter>, OpsError> {
         let mut out = Vec::new();
         for a in self.apps(app)? {
-            for keys in self.shards(a) {
+            for keys in self.shards(a).await? {
                 for letter in self.store.dead_letters(&keys, limit).await? {
                     out.push(AppDeadLetter { app: a.name.clone(), letter });
                 }
@@ -193,9 +197,9 @@ impl Ops {
         mut progress: impl FnMut(u64, u64),
     ) -> Result<BulkCount, OpsError> {
         let a = self.app(app)?;
-        let total = outbox::app_stats(&self.store, &self.shards(a), now_ms()).await?.dead;
+        let total = outbox::app_stats(&self.store, &self.shards(a).await?, now_ms()).await?.dead;
         let mut count = BulkCount::default();
-        for keys in self.shards(a) {
+        for keys in self.shards(a).await? {
             // The snapshot: the newest letter now. Anything parked after it is not ours.
             let Some(last) = self.store.dead_snapshot(&keys).await? else { continue };
             let mut after: Option<String> = None;

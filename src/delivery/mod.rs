@@ -78,16 +78,17 @@ impl DeliveryService {
     fn spawn_workers(
         &self,
         config: &Config,
+        in_use: &[u16],
         store: &Store,
         client: &Arc<UpstreamClient>,
         stop: watch::Receiver<bool>,
     ) -> JoinSet<()> {
         let mut tasks = JoinSet::new();
         let response_url_hosts: Arc<[String]> = config.server.response_url_hosts.clone().into();
-        for app in &config.apps {
+        for (app, in_use) in config.apps.iter().zip(in_use) {
             let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
             let shards: Vec<ShardKeys> =
-                (0..config.redis.shards).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
+                (0..*in_use).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
             for keys in &shards {
                 let s = Arc::new(Shard {
                     app: app.clone(),
@@ -127,7 +128,8 @@ impl BackgroundService for DeliveryService {
         loop {
             let config = self.live.get().config.clone();
             let (stop_tx, stop_rx) = watch::channel(false);
-            let mut tasks = self.spawn_workers(&config, &store, &client, stop_rx);
+            let in_use = shards_in_use(&config, &store).await;
+            let mut tasks = self.spawn_workers(&config, &in_use, &store, &client, stop_rx);
             info!(consumer = %self.consumer, apps = config.apps.len(), "delivery workers started");
             let reloaded = tokio::select! {
                 _ = shutdown.changed() => false,
@@ -142,6 +144,27 @@ impl BackgroundService for DeliveryService {
         self.shared.set_workers_running(false);
         info!("delivery workers stopped");
     }
+}
+
+/// Per app, the shards to read: after `shards` was lowered, the old ones too, until a restart
+/// finds them registered (they are drained, never written). Redis down at start: the
+/// configured count (the register is read again at the next reload).
+async fn shards_in_use(config: &Config, store: &Store) -> Vec<u16> {
+    let mut out = Vec::new();
+    for app in &config.apps {
+        let n = config.redis.shards;
+        let found = store.shards_in_use(&config.redis.key_prefix, &app.name, n, true);
+        out.push(match tokio::time::timeout(Duration::from_secs(2), found).await {
+            Ok(Ok(in_use)) => {
+                if in_use > n {
+                    info!(app = %app.name, configured = n, in_use, "reading the shards a larger `shards` left behind");
+                }
+                in_use
+            }
+            _ => n,
+        });
+    }
+    out
 }
 
 /// An evicted outbox entry is a lost delivery: say so at start when Redis may evict keys.

@@ -103,6 +103,7 @@ pub struct Store {
     load: Script,
     trim_dead: Script,
     remove_idle_consumers: Script,
+    shards_in_use: Script,
 }
 
 impl Store {
@@ -123,6 +124,7 @@ impl Store {
             load: Script::new(scripts::LOAD),
             trim_dead: Script::new(scripts::TRIM_DEAD),
             remove_idle_consumers: Script::new(scripts::REMOVE_IDLE_CONSUMERS),
+            shards_in_use: Script::new(scripts::SHARDS_IN_USE),
         }
     }
 
@@ -341,6 +343,26 @@ impl Store {
     /// The connection underneath, for other records kept in the same Redis.
     pub fn connection(&self) -> Conn {
         self.conn.clone()
+    }
+
+    /// The shards an app's deliveries may be waiting in: `configured`, or more when it once
+    /// had more (those are read until empty, never written). `register`: record `configured`
+    /// as in use (the delivery workers do; the tools only look).
+    pub async fn shards_in_use(
+        &self,
+        prefix: &str,
+        app: &str,
+        configured: u16,
+        register: bool,
+    ) -> Result<u16, StoreError> {
+        let key = format!("{{{prefix}}}:shards");
+        let had: u16 = if register {
+            self.shards_in_use.key(&key).arg(app).arg(configured).invoke_async(&mut self.conn.clone()).await?
+        } else {
+            let v: Option<u16> = self.conn.clone().hget(&key, app).await?;
+            v.unwrap_or(0)
+        };
+        Ok(had.max(configured))
     }
 
     /// PING, for readiness.

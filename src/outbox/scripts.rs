@@ -387,3 +387,16 @@ for _, c in ipairs(consumers) do
 end
 return removed
 "#;
+
+/// KEYS: the prefix's shard register (a hash: app → the most shards it has had). ARGV: app,
+/// configured shards. Raises the app's count to the configured one and returns the larger:
+/// shards that a smaller `shards` no longer writes to keep being read until they are empty.
+pub const SHARDS_IN_USE: &str = r#"
+local had = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local now = tonumber(ARGV[2])
+if now > had then
+  redis.call('HSET', KEYS[1], ARGV[1], now)
+  return now
+end
+return had
+"#;

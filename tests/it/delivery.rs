@@ -237,3 +237,38 @@ async fn a_bot_going_down_and_back_is_logged_once_each_way() {
     let longest = log.lines().filter(|l| l.contains("attempt")).map(str::len).max().unwrap_or(0);
     assert!(longest < 400, "attempt lines stay short ({longest} bytes)");
 }
+
+/// `shards` lowered on a running system: the deliveries waiting in the shards that are no
+/// longer written are still delivered (the workers read every shard the app has had), once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowering_shards_keeps_every_waiting_delivery() {
+    let redis = RedisServer::start();
+    let bot_port = Reserved::new();
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("reshard"), &bot_port.url());
+    cfg.redis = "shards = 4".into();
+    let mut gw = Gateway::start(&cfg).await;
+    let ids: Vec<String> = (0..24).map(|i| format!("EvShard{i:02}")).collect();
+    for id in &ids {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(id), SECRET)).await.0, 200);
+    }
+    // Each waiting delivery has its hash in its shard's slot (the bot is down: all wait).
+    let in_shard = |s: u16| redis.keys(&format!("{{{}:bot:{s}}}:d:*", cfg.prefix)).len();
+    assert_eq!((0..4).map(in_shard).sum::<usize>(), 24, "recorded over the 4 shards");
+    assert!(in_shard(3) > 0, "shard 3 has some");
+    gw.kill9();
+    cfg.redis = "shards = 1".into();
+    let gw = Gateway::start(&cfg).await;
+    let bot = bot_port.start(SECRET).await;
+    assert!(
+        eventually(Duration::from_secs(20), || ids.iter().all(|id| bot.count_body(id) >= 1)).await,
+        "stranded: {:?}",
+        ids.iter().filter(|id| bot.count_body(id) == 0).collect::<Vec<_>>()
+    );
+    for id in &ids {
+        assert_eq!(bot.count_body(id), 1, "{id} once");
+    }
+    // New deliveries go to the one shard now.
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvShardNew"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(10), || bot.count_body("EvShardNew") == 1).await);
+    assert_eq!(in_shard(3), 0, "the old shard drained");
+}
