@@ -19,11 +19,11 @@ GW=$(realpath target/release/slackgate)
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$W/nginx.pid" ] && kill "$(cat "$W/nginx.pid")" 2>/dev/null; rm -rf "$W"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# A port whose cluster bus port (+10000) is free too, below 55536.
+# A port whose cluster bus port (+10000) is free too, both below the ephemeral range.
 bus_port() { python3 -c '
 import random, socket
 while True:
-    p = random.randint(20000, 30000)
+    p = random.randint(10000, 22000)
     try:
         a = socket.socket(); a.bind(("127.0.0.1", p)); b = socket.socket(); b.bind(("127.0.0.1", p + 10000))
         print(p); break

@@ -494,7 +494,10 @@ async fn reply_posts_once_across_a_client_retry(kind: Bolt) {
     let delivery = r#"{ timeout = "15s", retry_initial = "100ms", retry_max = "400ms", lease = "30s" }"#;
     let env = [("SLACK_API_TIMEOUT", "1".to_string())];
     let r = EgressRig::start(kind, "retry", "", delivery, &env).await;
-    r.slack.push(Behaviour::Late(Duration::from_secs(3)));
+    // Late past the client's 1 s timeout, but not so late that its retry (after a 1 s backoff)
+    // would wait for it as long as its own timeout: then whether the retry's answer counts as
+    // delivered would be a race with the client giving up.
+    r.slack.push(Behaviour::Late(Duration::from_millis(2200)));
     r.mention("EvEgRetry1", "1700000300.000100").await;
     assert!(
         eventually(Duration::from_secs(20), || r.rig.app.handled("replied") == 1).await,

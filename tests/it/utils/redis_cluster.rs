@@ -14,17 +14,12 @@ pub struct RedisCluster {
     dir: tempfile::TempDir,
 }
 
-/// A port with its cluster bus port (+10000) free too; below 55536 so the bus port exists.
-fn free_port_pair() -> u16 {
+/// A port with its cluster bus port (+10000) free too, both below the ephemeral range (32768
+/// and up): the ports the OS hands out for port 0 — to gateways, receivers and clients of
+/// other tests running at the same time — are never probed or taken here.
+pub fn free_port_pair() -> u16 {
     loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        drop(l);
-        if p < 55_536 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
-            return p;
-        }
-        // Ephemeral ports are mostly above 32768; pick one from below instead.
-        let p = 20_000 + (rand_u16() % 10_000);
+        let p = 10_000 + (rand_u16() % 12_000);
         if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
             && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
         {
@@ -33,9 +28,22 @@ fn free_port_pair() -> u16 {
     }
 }
 
+/// A free port below the ephemeral range, for a server the test starts itself.
+pub fn free_low_port() -> u16 {
+    loop {
+        let p = 10_000 + (rand_u16() % 22_000);
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
 fn rand_u16() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQ: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    (nanos ^ (std::process::id() << 8)) as u16
+    let mixed = nanos ^ (std::process::id() << 8) ^ SEQ.fetch_add(0x9E37, Ordering::Relaxed).wrapping_mul(2654435761);
+    (mixed >> 7) as u16
 }
 
 impl RedisCluster {

@@ -17,9 +17,7 @@ pub struct RedisSentinel {
     dir: tempfile::TempDir,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use super::redis_cluster::free_low_port as free_port;
 
 impl RedisSentinel {
     pub fn start() -> RedisSentinel {
