@@ -14,10 +14,11 @@ async fn the_gateway_follows_a_sentinel_failover_and_loses_no_replicated_ack() {
     cfg.redis = format!("{}\ndurability = \"replicated\"\nwait_timeout = \"300ms\"", set.toml());
     let gw = Gateway::start(&cfg).await;
     let first = set.primary().expect("the sentinels name a primary");
-    let ids: Vec<String> = (0..40).map(|i| format!("EvSn{i:03}")).collect();
+    let n = crate::cluster::failover_events() * 2 / 3;
+    let ids: Vec<String> = (0..n).map(|i| format!("EvSn{i:05}")).collect();
     let mut sends = Vec::new();
     for (i, id) in ids.iter().enumerate() {
-        if i == 15 {
+        if i == n * 3 / 8 {
             set.kill(first);
         }
         let (port, id) = (gw.port, id.clone());
