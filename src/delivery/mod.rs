@@ -98,7 +98,7 @@ impl DeliveryService {
                     shared: self.shared.clone(),
                     permits: permits.clone(),
                     consumer: self.consumer.clone(),
-                    shards: config.redis.shards,
+                    shards: *in_use,
                     response_url_hosts: response_url_hosts.clone(),
                     attribution: self.attribution.clone(),
                 });
