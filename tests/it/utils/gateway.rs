@@ -118,6 +118,37 @@ impl Gateway {
     }
 
     async fn spawn(&mut self) {
+        // The gateway binds a port-0 address to pick a port, then Pingora binds that port
+        // again: in between, on a busy machine, another socket can take it and that listener
+        // never comes up. Then start it again (it picks other ports).
+        for attempt in 1..=3 {
+            self.spawn_once().await;
+            if self.all_listening(Duration::from_secs(10)).await {
+                return;
+            }
+            assert!(attempt < 3, "a listener of the gateway never came up:\n{}", self.log());
+            if let Some(mut c) = self.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    /// Every listener accepts (the startup line is written just before Pingora binds).
+    async fn all_listening(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        for port in [self.port, self.admin_port, self.egress_port].into_iter().filter(|p| *p != 0) {
+            while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+        true
+    }
+
+    async fn spawn_once(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
         let starts = self.log().matches("slackgate started").count();
         let child = self.command(&[]).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
@@ -133,11 +164,6 @@ impl Gateway {
                 panic!("gateway exited with {status}:\n{}", self.log());
             }
             assert!(Instant::now() < deadline, "gateway did not start:\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        // The startup line is written just before Pingora binds: wait for the listener.
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_err() {
-            assert!(Instant::now() < deadline, "gateway did not listen:\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }

@@ -105,6 +105,26 @@ impl RedisSentinel {
         false
     }
 
+    /// Freeze a data node (SIGSTOP) or let it go on (SIGCONT).
+    pub fn signal(&self, port: u16, signal: &str) {
+        let i = self.nodes.iter().position(|p| *p == port).unwrap();
+        let pid = self.procs[i].as_ref().expect("node is running").id();
+        let ok = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap().success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
+    /// Wait until the sentinels name a primary other than `old`.
+    pub fn wait_new_primary(&self, old: u16, limit: Duration) -> Option<u16> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(p) = self.primary().filter(|p| *p != old) {
+                return Some(p);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
     /// SIGKILL one data node.
     pub fn kill(&mut self, port: u16) {
         let i = self.nodes.iter().position(|p| *p == port).unwrap();
