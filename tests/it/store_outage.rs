@@ -44,3 +44,54 @@ async fn redis_down_means_503_never_200_and_back_means_accepted() {
         assert_eq!(bot.count_body(&format!("EvDown{i}")), 0, "a 503'd delivery is Slack's to retry");
     }
 }
+
+/// An ACL login from `[redis] username` and `password = "${VAR}"`: a gateway with the right
+/// password records and delivers; one without is refused by Redis and answers 503, never 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_login_from_the_environment_records_and_no_login_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("redis.sock");
+    let password = "pw-from-the-environment-0123";
+    let redis = KillOnDrop::new(
+        std::process::Command::new("redis-server")
+            .args(["--port", "0", "--save", "", "--unixsocketperm", "700"])
+            .arg("--unixsocket")
+            .arg(&socket)
+            .arg("--dir")
+            .arg(dir.path())
+            .args(["--user", "default", "off"])
+            .args(["--user", "slackgate", "on", &format!(">{password}"), "~*", "&*", "+@all"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("redis+unix://{}", socket.display());
+    let login = |c: &mut redis::Connection| {
+        redis::cmd("AUTH")
+            .arg("slackgate")
+            .arg(password)
+            .query::<String>(c)
+            .and_then(|_| redis::cmd("PING").query::<String>(c))
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || redis::Client::open(url.as_str())
+            .and_then(|c| c.get_connection())
+            .and_then(|mut c| login(&mut c))
+            .is_ok())
+        .await,
+        "redis-server with ACL users started"
+    );
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&url, &prefix("acl"), &bot.url());
+    cfg.redis = "username = \"slackgate\"\npassword = \"${SG_TEST_REDIS_PASSWORD}\"".into();
+    let gw = Gateway::start_with_env(&cfg, &[("SG_TEST_REDIS_PASSWORD", password)]).await;
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvAcl1"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(10), || bot.count_body("EvAcl1") == 1).await);
+    assert!(!gw.log().contains(password), "the password is never logged");
+    // Without the login, Redis refuses every command: 503, nothing acked.
+    let mut anon = cfg.clone();
+    anon.redis = String::new();
+    let gw = Gateway::start(&anon).await;
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvAcl2"), SECRET)).await.0, 503);
+    drop(redis);
+}
