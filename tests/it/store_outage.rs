@@ -95,3 +95,42 @@ async fn an_acl_login_from_the_environment_records_and_no_login_is_refused() {
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvAcl2"), SECRET)).await.0, 503);
     drop(redis);
 }
+
+/// `rediss://`: the gateway talks TLS to Redis and trusts its certificate through the system's
+/// roots (`SSL_CERT_FILE` here, the suite's test authority); records and delivers as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_redis_is_reached_through_rediss() {
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_low_port();
+    let redis = KillOnDrop::new(
+        std::process::Command::new("redis-server")
+            .args(["--port", "0", "--save", "", "--bind", "127.0.0.1", "--tls-auth-clients", "no"])
+            .args(["--tls-port", &port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(&ca.cert_file)
+            .arg("--tls-key-file")
+            .arg(&ca.key_file)
+            .arg("--tls-ca-cert-file")
+            .arg(&ca.ca_file)
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await,
+        "redis-server listens for TLS"
+    );
+    let bot = Receiver::start(SECRET).await;
+    let cfg = GatewayConfig::new(&format!("rediss://localhost:{port}/"), &prefix("tls"), &bot.url());
+    let (k, v) = ca.env();
+    let gw = Gateway::start_with_env(&cfg, &[(k, &v)]).await;
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvTls1"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(10), || bot.count_body("EvTls1") == 1).await, "{}", gw.log());
+    // Without the authority, the certificate is not trusted: no ack.
+    let gw = Gateway::start(&cfg).await;
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvTls2"), SECRET)).await.0, 503);
+    drop(redis);
+}

@@ -16,7 +16,7 @@ pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack};
 pub use gateway::{started_on, Gateway, GatewayConfig};
 pub use receiver::{Receiver, Reply, Reserved};
-pub use redis_cluster::RedisCluster;
+pub use redis_cluster::{free_low_port, RedisCluster};
 pub use redis_sentinel::RedisSentinel;
 pub use redis_server::RedisServer;
 pub use tls::TestCa;

@@ -11,6 +11,10 @@ use tokio_rustls::rustls;
 pub struct TestCa {
     /// The authority's certificate, PEM: give it to the gateway as `SSL_CERT_FILE`.
     pub ca_file: PathBuf,
+    /// The `localhost` certificate and its key, PEM, for servers other than the acceptor
+    /// (a TLS `redis-server`).
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
     pub acceptor: tokio_rustls::TlsAcceptor,
     _dir: tempfile::TempDir,
 }
@@ -28,12 +32,16 @@ impl TestCa {
         let dir = tempfile::tempdir().unwrap();
         let ca_file = dir.path().join("ca.pem");
         std::fs::write(&ca_file, ca.pem()).unwrap();
+        let (cert_file, key_file) = (dir.path().join("localhost.pem"), dir.path().join("localhost.key"));
+        std::fs::write(&cert_file, leaf.pem()).unwrap();
+        std::fs::write(&key_file, leaf_key.serialize_pem()).unwrap();
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
         let config = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(vec![leaf.der().clone()], key)
             .unwrap();
-        TestCa { ca_file, acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), _dir: dir }
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        TestCa { ca_file, cert_file, key_file, acceptor, _dir: dir }
     }
 
     /// The environment the gateway needs to trust this authority.
