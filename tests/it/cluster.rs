@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::utils::*;
 
 /// Send like Slack: retry (a second apart at most) until some gateway answers 200.
-async fn deliver(ports: &[u16], id: &str, limit: Duration) -> bool {
+pub async fn deliver(ports: &[u16], id: &str, limit: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     let mut i = 0;
     while tokio::time::Instant::now() < deadline {

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::cluster::deliver;
 use crate::utils::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,16 +24,7 @@ async fn the_gateway_follows_a_sentinel_failover_and_loses_no_replicated_ack() {
             set.kill(first);
         }
         let (port, id) = (gw.port, id.clone());
-        sends.push(tokio::spawn(async move {
-            // Like Slack: retry until acked.
-            for _ in 0..300 {
-                if let Ok((200, _)) = try_send(port, Req::signed("/slack/events", event(&id), SECRET)).await {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            false
-        }));
+        sends.push(tokio::spawn(async move { deliver(&[port], &id, Duration::from_secs(60)).await }));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for s in sends {
@@ -75,15 +67,7 @@ async fn sentinel_failover_run(name: &str, durability: &str) -> (usize, Vec<Stri
         .iter()
         .map(|id| {
             let (port, id) = (gw.port, id.clone());
-            tokio::spawn(async move {
-                for _ in 0..300 {
-                    if let Ok((200, _)) = try_send(port, Req::signed("/slack/events", event(&id), SECRET)).await {
-                        return true;
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                false
-            })
+            tokio::spawn(async move { deliver(&[port], &id, Duration::from_secs(60)).await })
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
