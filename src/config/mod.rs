@@ -157,12 +157,26 @@ impl RedisTarget {
     }
 }
 
-/// Credentials for every node (and, for Sentinel, the sentinels too). Never in the TOML: the
-/// password comes from the environment (`"${VAR}"`) or a file.
+/// How the gateway proves itself to Redis and checks Redis in turn: the login for the data
+/// nodes, the sentinels' own login (Sentinel only), and the TLS material for `rediss://`.
+/// Never in the TOML: passwords come from the environment (`"${VAR}"`) or a file.
 #[derive(Debug, Clone, Default)]
 pub struct RedisAuth {
     pub username: Option<String>,
     pub password: Option<Secret>,
+    pub sentinel_username: Option<String>,
+    pub sentinel_password: Option<Secret>,
+    pub tls: RedisTls,
+}
+
+/// TLS material for `rediss://` (data nodes and sentinels alike), PEM, read when the config is.
+#[derive(Debug, Clone, Default)]
+pub struct RedisTls {
+    /// The authority that signed Redis' certificates; none: the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// A client certificate and its key, for a Redis that wants one (`tls-auth-clients yes`,
+    /// its default).
+    pub client: Option<(Vec<u8>, Secret)>,
 }
 
 /// How durable an ack is.

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use super::file::{FileConfig, RedisSection};
-use super::{interpolate, ConfigError, Durability, Overrides, RedisAuth, RedisConfig, RedisTarget, Secret, Validator};
+use super::{
+    interpolate, ConfigError, Durability, Overrides, RedisAuth, RedisConfig, RedisTarget, RedisTls, Secret, Validator,
+};
 
 const SCHEMES: [&str; 4] = ["redis://", "rediss://", "redis+unix://", "unix://"];
 
@@ -26,7 +28,7 @@ impl Validator<'_> {
         if !(1..=1024).contains(&shards) {
             return Err(self.err("redis.shards", "must be between 1 and 1024"));
         }
-        let auth = self.redis_auth(r)?;
+        let auth = self.redis_auth(r, &target)?;
         let durability = self.durability(r, ack_budget)?;
         Ok(RedisConfig { target, auth, key_prefix, shards, durability })
     }
@@ -87,34 +89,98 @@ impl Validator<'_> {
             .collect()
     }
 
-    /// The password from `"${VAR}"` or `password_file`; a literal password is refused, so that
-    /// the TOML can be shared and checked in.
-    fn redis_auth(&self, r: &RedisSection) -> Result<RedisAuth, ConfigError> {
-        let password = match (&r.password, &r.password_file) {
-            (Some(_), Some(_)) => return Err(self.err("redis.password", "set password or password_file, not both")),
+    /// The logins and the TLS material. A password comes from `"${VAR}"` or a file; a literal
+    /// one is refused, so that the TOML can be shared and checked in.
+    fn redis_auth(&self, r: &RedisSection, target: &RedisTarget) -> Result<RedisAuth, ConfigError> {
+        let sentinel = matches!(target, RedisTarget::Sentinel { .. });
+        let given = [&r.sentinel_username, &r.sentinel_password, &r.sentinel_password_file];
+        if !sentinel && given.iter().any(|v| v.is_some()) {
+            return Err(self.err("redis.sentinel_password", "sentinel_* logins are for sentinel only"));
+        }
+        Ok(RedisAuth {
+            username: self.username("redis.username", &r.username)?,
+            password: self.password("redis.password", &r.password, &r.password_file)?,
+            sentinel_username: self.username("redis.sentinel_username", &r.sentinel_username)?,
+            sentinel_password: self.password(
+                "redis.sentinel_password",
+                &r.sentinel_password,
+                &r.sentinel_password_file,
+            )?,
+            tls: self.redis_tls(r, target)?,
+        })
+    }
+
+    fn username(&self, key: &str, value: &Option<String>) -> Result<Option<String>, ConfigError> {
+        let name = value.as_deref().map(interpolate).transpose().map_err(|m| self.err(key, m))?;
+        Ok(name.filter(|u| !u.is_empty()))
+    }
+
+    /// `key = "${VAR}"` or `key_file = "path"` (relative to the config file).
+    fn password(
+        &self,
+        key: &str,
+        value: &Option<String>,
+        file: &Option<String>,
+    ) -> Result<Option<Secret>, ConfigError> {
+        match (value, file) {
+            (Some(_), Some(_)) => Err(self.err(key, format!("set {key} or {key}_file, not both"))),
             (Some(p), None) => {
                 if !(p.starts_with("${") && p.ends_with('}')) {
-                    return Err(
-                        self.err("redis.password", "must come from the environment: \"${VAR}\" (or use password_file)")
-                    );
+                    return Err(self.err(key, "must come from the environment: \"${VAR}\" (or use a _file)"));
                 }
                 match interpolate(p) {
-                    Ok(v) => Some(Secret::new(&v)),
-                    Err(_) if self.secrets_optional => None,
-                    Err(m) => return Err(self.err("redis.password", m)),
+                    Ok(v) => Ok(Some(Secret::new(&v))),
+                    Err(_) if self.secrets_optional => Ok(None),
+                    Err(m) => Err(self.err(key, m)),
                 }
             }
-            (None, Some(f)) => {
-                match std::fs::read_to_string(self.base.map(|b| b.join(f)).unwrap_or_else(|| f.into())) {
-                    Ok(v) => Some(Secret::new(v.trim_end_matches(['\n', '\r']))),
-                    Err(_) if self.secrets_optional => None,
-                    Err(e) => return Err(self.err("redis.password_file", format!("cannot read {f}: {e}"))),
-                }
+            (None, Some(f)) => match self.read_file(&format!("{key}_file"), f) {
+                Ok(v) => Ok(Some(Secret::new(String::from_utf8_lossy(&v).trim_end_matches(['\n', '\r'])))),
+                Err(_) if self.secrets_optional => Ok(None),
+                Err(e) => Err(e),
+            },
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn read_file(&self, key: &str, f: &str) -> Result<Vec<u8>, ConfigError> {
+        std::fs::read(self.base.map(|b| b.join(f)).unwrap_or_else(|| f.into()))
+            .map_err(|e| self.err(key, format!("cannot read {f}: {e}")))
+    }
+
+    /// `tls_ca_file`, and `tls_cert_file` with `tls_key_file`: only with rediss:// URLs.
+    fn redis_tls(&self, r: &RedisSection, target: &RedisTarget) -> Result<RedisTls, ConfigError> {
+        if [&r.tls_ca_file, &r.tls_cert_file, &r.tls_key_file].iter().all(|v| v.is_none()) {
+            return Ok(RedisTls::default());
+        }
+        let urls = match target {
+            RedisTarget::Url(u) => std::slice::from_ref(u),
+            RedisTarget::Cluster(nodes) => nodes.as_slice(),
+            RedisTarget::Sentinel { sentinels, .. } => sentinels.as_slice(),
+            RedisTarget::Embedded => &[],
+        };
+        if urls.is_empty() || !urls.iter().all(|u| u.starts_with("rediss://")) {
+            return Err(self.err("redis.tls_ca_file", "tls_* files need rediss:// URLs (TLS) for every node"));
+        }
+        let ca = r.tls_ca_file.as_deref().map(|f| self.pem("redis.tls_ca_file", f)).transpose()?;
+        let client = match (&r.tls_cert_file, &r.tls_key_file) {
+            (Some(c), Some(k)) => {
+                let key = self.pem("redis.tls_key_file", k)?;
+                Some((self.pem("redis.tls_cert_file", c)?, Secret::new(&String::from_utf8_lossy(&key))))
             }
             (None, None) => None,
+            _ => return Err(self.err("redis.tls_cert_file", "set tls_cert_file and tls_key_file together")),
         };
-        let username = r.username.as_deref().map(interpolate).transpose().map_err(|m| self.err("redis.username", m))?;
-        Ok(RedisAuth { username: username.filter(|u| !u.is_empty()), password })
+        Ok(RedisTls { ca, client })
+    }
+
+    /// A PEM file (certificate or key), read now so that `check` and `run` refuse a bad one.
+    fn pem(&self, key: &str, f: &str) -> Result<Vec<u8>, ConfigError> {
+        let bytes = self.read_file(key, f)?;
+        if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(self.err(key, format!("{f} is not PEM (no -----BEGIN line)")));
+        }
+        Ok(bytes)
     }
 
     fn durability(&self, r: &RedisSection, ack_budget: Duration) -> Result<Durability, ConfigError> {

@@ -15,8 +15,11 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    ClientTlsConfig, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, TlsCertificates,
+    TlsMode, Value,
+};
 
 use crate::config::{RedisAuth, RedisTarget};
 
@@ -76,38 +79,88 @@ pub fn connect_lazy(endpoint: &Endpoint, response_timeout: Duration) -> Result<C
     Ok(match &endpoint.target {
         RedisTarget::Cluster(nodes) => {
             let infos = nodes.iter().map(|n| endpoint.info(n)).collect::<RedisResult<Vec<_>>>()?;
-            let client = ClusterClientBuilder::new(infos).retries(2).build()?;
+            let mut builder = ClusterClientBuilder::new(infos).retries(2);
+            if let Some(certs) = endpoint.certificates() {
+                builder = builder.certs(certs);
+            }
             let config = ClusterConfig::new()
                 .set_connection_timeout(Duration::from_secs(1))
                 .set_response_timeout(response_timeout);
-            Conn::Cluster(client.get_pending_async_connection_with_config(config))
+            Conn::Cluster(builder.build()?.get_pending_async_connection_with_config(config))
         }
-        RedisTarget::Sentinel { sentinels, master_name } => {
-            let mut node = redis::RedisConnectionInfo::default();
-            if let Some(u) = &endpoint.auth.username {
-                node = node.set_username(u);
-            }
-            if let Some(p) = &endpoint.auth.password {
-                node = node.set_password(String::from_utf8_lossy(p.expose()));
-            }
-            // The credentials are the data nodes'; a sentinel's own, if any, are in its URL.
-            let infos = sentinels.iter().map(|n| n.as_str().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
-            let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
-            let client = SentinelClient::build(infos, master_name.clone(), Some(node), SentinelServerType::Master)?;
-            Conn::Sentinel(Arc::new(SentinelConn {
-                client: tokio::sync::Mutex::new(client),
-                primary: Mutex::new(None),
-                config: manager_config(response_timeout),
-            }))
-        }
+        RedisTarget::Sentinel { sentinels, master_name } => Conn::Sentinel(Arc::new(SentinelConn {
+            client: tokio::sync::Mutex::new(endpoint.sentinel_client(sentinels, master_name)?),
+            primary: Mutex::new(None),
+            config: manager_config(response_timeout),
+        })),
         RedisTarget::Url(url) => {
-            let client = redis::Client::open(endpoint.info(url)?)?;
+            let info = endpoint.info(url)?;
+            let client = match endpoint.certificates() {
+                Some(certs) => redis::Client::build_with_tls(info, certs)?,
+                None => redis::Client::open(info)?,
+            };
             Conn::Node(ConnectionManager::new_lazy_with_config(client, manager_config(response_timeout))?)
         }
         RedisTarget::Embedded => {
             return Err(StoreError::Protocol("the embedded server has no endpoint of its own".into()))
         }
     })
+}
+
+impl Endpoint {
+    /// The configured authority and client certificate, if any (else the system's roots).
+    fn certificates(&self) -> Option<TlsCertificates> {
+        let tls = &self.auth.tls;
+        if tls.ca.is_none() && tls.client.is_none() {
+            return None;
+        }
+        Some(TlsCertificates {
+            client_tls: tls
+                .client
+                .as_ref()
+                .map(|(cert, key)| ClientTlsConfig { client_cert: cert.clone(), client_key: key.expose().to_vec() }),
+            root_cert: tls.ca.clone(),
+        })
+    }
+
+    /// The sentinels with their own login (`sentinel_username`/`sentinel_password`, else the
+    /// one in their URL), and the data nodes they name with the nodes' login, over TLS when
+    /// the sentinels are (`rediss://`: a TLS Sentinel set has TLS data nodes).
+    fn sentinel_client(&self, sentinels: &[String], master_name: &str) -> RedisResult<SentinelClient> {
+        let infos = sentinels.iter().map(|n| n.as_str().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
+        let tls_mode = infos.iter().find_map(|i| match i.addr() {
+            ConnectionAddr::TcpTls { insecure: true, .. } => Some(TlsMode::Insecure),
+            ConnectionAddr::TcpTls { .. } => Some(TlsMode::Secure),
+            _ => None,
+        });
+        let from_url = infos.first().map(|i| i.redis_settings().clone()).unwrap_or_default();
+        let addrs = infos.iter().map(|i| i.addr().clone());
+        let mut b = SentinelClientBuilder::new(addrs, master_name, SentinelServerType::Master)?;
+        if let Some(u) = self.auth.sentinel_username.as_deref().or(from_url.username()) {
+            b = b.set_client_to_sentinel_username(u);
+        }
+        match &self.auth.sentinel_password {
+            Some(p) => b = b.set_client_to_sentinel_password(String::from_utf8_lossy(p.expose())),
+            None => {
+                if let Some(p) = from_url.password() {
+                    b = b.set_client_to_sentinel_password(p);
+                }
+            }
+        }
+        if let Some(u) = &self.auth.username {
+            b = b.set_client_to_redis_username(u);
+        }
+        if let Some(p) = &self.auth.password {
+            b = b.set_client_to_redis_password(String::from_utf8_lossy(p.expose()));
+        }
+        if let Some(mode) = tls_mode {
+            b = b.set_client_to_redis_tls_mode(mode);
+        }
+        if let Some(certs) = self.certificates() {
+            b = b.set_client_to_sentinel_certificates(certs.clone()).set_client_to_redis_certificates(certs);
+        }
+        b.build()
+    }
 }
 
 fn manager_config(response_timeout: Duration) -> ConnectionManagerConfig {

@@ -17,6 +17,7 @@ mod lifecycle;
 mod messages;
 mod operate;
 mod overload;
+mod redis_locked;
 mod sentinel;
 mod sim;
 mod store_outage;

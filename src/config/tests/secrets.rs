@@ -109,3 +109,41 @@ fn secret_debug_is_redacted() {
     let shown = format!("{c:?} {c:#?}");
     assert!(!shown.contains("the-real-signing-secret"));
 }
+
+#[test]
+fn redis_tls_files_and_sentinel_logins() {
+    let a = app("a", "SG_CFG_REDIS_TLS", "");
+    let dir = tempfile::tempdir().unwrap();
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    std::fs::write(dir.path().join("ca.pem"), pem).unwrap();
+    std::fs::write(dir.path().join("gw.pem"), pem).unwrap();
+    std::fs::write(dir.path().join("gw.key"), "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")
+        .unwrap();
+    std::fs::write(dir.path().join("junk"), "not a certificate").unwrap();
+    let path = dir.path().join("gateway.toml");
+    let load_in = |redis: &str| Config::from_toml(&format!("[redis]\n{redis}\n{a}"), &path, &Overrides::default());
+    let tls = "tls_ca_file = \"ca.pem\"\ntls_cert_file = \"gw.pem\"\ntls_key_file = \"gw.key\"";
+    let c = load_in(&format!("cluster = [\"rediss://10.0.0.1:7000\"]\n{tls}")).unwrap();
+    assert_eq!(c.redis.auth.tls.ca.as_deref(), Some(pem.as_bytes()));
+    let (cert, key) = c.redis.auth.tls.client.as_ref().expect("a client certificate");
+    assert_eq!(cert.as_slice(), pem.as_bytes());
+    assert!(format!("{:?}", c.redis.auth).contains("redacted") && !format!("{key:?}").contains("MIIE"));
+    // TLS files without TLS, half a client certificate, a file that is not PEM: refused, named.
+    let key_of = |redis: &str| load_in(redis).unwrap_err().key;
+    assert_eq!(key_of("url = \"redis://10.0.0.1/\"\ntls_ca_file = \"ca.pem\""), "redis.tls_ca_file");
+    assert_eq!(key_of("url = \"rediss://10.0.0.1/\"\ntls_cert_file = \"gw.pem\""), "redis.tls_cert_file");
+    assert_eq!(key_of("url = \"rediss://10.0.0.1/\"\ntls_ca_file = \"junk\""), "redis.tls_ca_file");
+    assert_eq!(key_of("url = \"rediss://10.0.0.1/\"\ntls_ca_file = \"absent.pem\""), "redis.tls_ca_file");
+    // The sentinels' own login, for Sentinel only.
+    set_env("SG_CFG_SENTINEL_PW", "sentinel-secret");
+    let s = "sentinel = [\"redis://10.0.0.5:26379\"]\nmaster_name = \"m\"";
+    let c = load_in(&format!("{s}\nsentinel_username = \"watch\"\nsentinel_password = \"${{SG_CFG_SENTINEL_PW}}\""))
+        .unwrap();
+    assert_eq!(c.redis.auth.sentinel_username.as_deref(), Some("watch"));
+    assert_eq!(c.redis.auth.sentinel_password.as_ref().map(|p| p.expose().to_vec()), Some(b"sentinel-secret".to_vec()));
+    assert_eq!(key_of(&format!("{s}\nsentinel_password = \"literal\"")), "redis.sentinel_password");
+    assert_eq!(
+        key_of("url = \"redis://x/\"\nsentinel_password = \"${SG_CFG_SENTINEL_PW}\""),
+        "redis.sentinel_password"
+    );
+}

@@ -187,7 +187,7 @@ impl Gateway {
             .args(extra)
             .env("SG_TEST_SECRET", super::SECRET)
             .env("SG_OTHER_SECRET", "the-other-apps-secret")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", std::env::var("SG_TEST_GW_LOG").unwrap_or("info".into()))
             .env_remove("SLACKGATE_REDIS_URL")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null());

@@ -4,13 +4,16 @@
 //! when the value is dropped.
 
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::KillOnDrop;
+use super::{KillOnDrop, RedisSecurity};
 
 pub struct RedisCluster {
     pub ports: Vec<u16>,
     nodes: Vec<Option<KillOnDrop>>,
+    /// Mutual TLS and an ACL login on every node (and the bus), when set.
+    security: Option<Arc<RedisSecurity>>,
     dir: tempfile::TempDir,
 }
 
@@ -48,9 +51,18 @@ fn rand_u16() -> u16 {
 
 impl RedisCluster {
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        Self::start_with(masters, replicas, None)
+    }
+
+    /// A cluster that speaks only TLS (clients, replication, bus) and wants a login.
+    pub fn start_secured(masters: usize, replicas: usize, security: Arc<RedisSecurity>) -> RedisCluster {
+        Self::start_with(masters, replicas, Some(security))
+    }
+
+    fn start_with(masters: usize, replicas: usize, security: Option<Arc<RedisSecurity>>) -> RedisCluster {
         let dir = tempfile::tempdir().unwrap();
         let n = masters * (1 + replicas);
-        let mut me = RedisCluster { ports: Vec::new(), nodes: Vec::new(), dir };
+        let mut me = RedisCluster { ports: Vec::new(), nodes: Vec::new(), security, dir };
         while me.ports.len() < n {
             let p = free_port_pair();
             if !me.ports.contains(&p) {
@@ -62,6 +74,9 @@ impl RedisCluster {
             me.nodes.push(Some(node));
         }
         let mut create = Command::new("redis-cli");
+        if let Some(sec) = &me.security {
+            create.args(sec.cli_args());
+        }
         create.arg("--cluster").arg("create");
         for p in &me.ports {
             create.arg(format!("127.0.0.1:{p}"));
@@ -80,8 +95,13 @@ impl RedisCluster {
         let p = self.ports[i];
         let data = self.dir.path().join(p.to_string());
         std::fs::create_dir_all(&data).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &p.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+        let mut server = Command::new("redis-server");
+        match &self.security {
+            Some(sec) => server.args(sec.node_args(p, true)),
+            None => server.args(["--port", &p.to_string()]),
+        };
+        let child = server
+            .args(["--bind", "127.0.0.1", "--cluster-enabled", "yes"])
             .args(["--cluster-node-timeout", "2000", "--appendonly", "yes", "--save", ""])
             // A replica takes over however long it was cut off (the test decides what is lost).
             .args(["--cluster-replica-validity-factor", "0"])
@@ -101,16 +121,23 @@ impl RedisCluster {
 
     /// A plain connection to one node.
     pub fn node(&self, port: u16) -> Option<redis::Connection> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-        let mut c = client.get_connection_with_timeout(Duration::from_millis(300)).ok()?;
+        let mut c = match &self.security {
+            Some(sec) => sec.connect(port, false)?,
+            None => redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .ok()?
+                .get_connection_with_timeout(Duration::from_millis(300))
+                .ok()?,
+        };
         redis::cmd("PING").query::<String>(&mut c).ok()?;
         Some(c)
     }
 
-    /// The TOML line that points a gateway at this cluster.
+    /// The TOML lines that point a gateway at this cluster (and log it in).
     pub fn toml(&self) -> String {
-        let nodes: Vec<String> = self.ports.iter().map(|p| format!("\"redis://127.0.0.1:{p}/\"")).collect();
-        format!("cluster = [{}]", nodes.join(", "))
+        let scheme = if self.security.is_some() { "rediss" } else { "redis" };
+        let nodes: Vec<String> = self.ports.iter().map(|p| format!("\"{scheme}://127.0.0.1:{p}/\"")).collect();
+        let login = self.security.as_ref().map(|s| s.toml(false)).unwrap_or_default();
+        format!("cluster = [{}]\n{login}", nodes.join(", "))
     }
 
     /// Every live node reports `cluster_state:ok`.

@@ -3,9 +3,10 @@
 //! so that a killed primary is replaced within seconds. Everything is killed when dropped.
 
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::KillOnDrop;
+use super::{KillOnDrop, RedisSecurity};
 
 pub const MASTER_NAME: &str = "main";
 
@@ -14,6 +15,8 @@ pub struct RedisSentinel {
     pub nodes: Vec<u16>,
     pub sentinels: Vec<u16>,
     procs: Vec<Option<KillOnDrop>>,
+    /// Mutual TLS and logins on the data nodes and the sentinels, when set.
+    security: Option<Arc<RedisSecurity>>,
     dir: tempfile::TempDir,
 }
 
@@ -21,10 +24,20 @@ use super::redis_cluster::free_low_port as free_port;
 
 impl RedisSentinel {
     pub fn start() -> RedisSentinel {
+        Self::start_with(None)
+    }
+
+    /// A set that speaks only TLS (clients, replication, sentinels) and wants logins.
+    pub fn start_secured(security: Arc<RedisSecurity>) -> RedisSentinel {
+        Self::start_with(Some(security))
+    }
+
+    fn start_with(security: Option<Arc<RedisSecurity>>) -> RedisSentinel {
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let sentinels: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let mut me = RedisSentinel { nodes: nodes.clone(), sentinels: sentinels.clone(), procs: Vec::new(), dir };
+        let mut me =
+            RedisSentinel { nodes: nodes.clone(), sentinels: sentinels.clone(), procs: Vec::new(), security, dir };
         for (i, p) in nodes.iter().enumerate() {
             let mut args = vec!["--appendonly".to_string(), "yes".into(), "--save".into(), String::new()];
             if i > 0 {
@@ -35,15 +48,16 @@ impl RedisSentinel {
         }
         for p in &sentinels {
             let conf = me.dir.path().join(format!("sentinel-{p}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {p}\nbind 127.0.0.1\nsentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
-                     sentinel down-after-milliseconds {MASTER_NAME} 1000\nsentinel failover-timeout {MASTER_NAME} 5000\n",
-                    nodes[0]
-                ),
-            )
-            .unwrap();
+            let monitor = format!(
+                "bind 127.0.0.1\nsentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\nsentinel failover-timeout {MASTER_NAME} 5000\n",
+                nodes[0]
+            );
+            let text = match &me.security {
+                Some(sec) => sec.sentinel_conf(*p, MASTER_NAME, &monitor),
+                None => format!("port {p}\n{monitor}"),
+            };
+            std::fs::write(&conf, text).unwrap();
             let proc = me.spawn(*p, &[], Some(&conf));
             me.procs.push(Some(proc));
         }
@@ -57,7 +71,13 @@ impl RedisSentinel {
         let mut cmd = Command::new("redis-server");
         match sentinel_conf {
             Some(conf) => cmd.arg(conf).arg("--sentinel"),
-            None => cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"]).args(args),
+            None => {
+                match &self.security {
+                    Some(sec) => cmd.args(sec.node_args(port, false)),
+                    None => cmd.args(["--port", &port.to_string()]),
+                };
+                cmd.args(["--bind", "127.0.0.1"]).args(args)
+            }
         };
         let child = cmd.arg("--dir").arg(&data).stdout(Stdio::null()).spawn().expect("redis-server on PATH");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -69,6 +89,11 @@ impl RedisSentinel {
     }
 
     pub fn conn(&self, port: u16) -> Option<redis::Connection> {
+        if let Some(sec) = &self.security {
+            let mut c = sec.connect(port, self.sentinels.contains(&port))?;
+            redis::cmd("PING").query::<String>(&mut c).ok()?;
+            return Some(c);
+        }
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
         let mut c = client.get_connection_with_timeout(Duration::from_millis(300)).ok()?;
         redis::cmd("PING").query::<String>(&mut c).ok()?;
@@ -77,8 +102,10 @@ impl RedisSentinel {
 
     /// The TOML lines that point a gateway at these sentinels.
     pub fn toml(&self) -> String {
-        let s: Vec<String> = self.sentinels.iter().map(|p| format!("\"redis://127.0.0.1:{p}/\"")).collect();
-        format!("sentinel = [{}]\nmaster_name = \"{MASTER_NAME}\"", s.join(", "))
+        let scheme = if self.security.is_some() { "rediss" } else { "redis" };
+        let s: Vec<String> = self.sentinels.iter().map(|p| format!("\"{scheme}://127.0.0.1:{p}/\"")).collect();
+        let login = self.security.as_ref().map(|s| s.toml(true)).unwrap_or_default();
+        format!("sentinel = [{}]\nmaster_name = \"{MASTER_NAME}\"\n{login}", s.join(", "))
     }
 
     /// The primary's port, as the sentinels name it now.

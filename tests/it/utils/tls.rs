@@ -5,14 +5,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use tokio_rustls::rustls;
 
 pub struct TestCa {
     /// The authority's certificate, PEM: give it to the gateway as `SSL_CERT_FILE`.
     pub ca_file: PathBuf,
-    /// The `localhost` certificate and its key, PEM, for servers other than the acceptor
-    /// (a TLS `redis-server`).
+    /// The certificate for `localhost` and `127.0.0.1` and its key, PEM, for servers other
+    /// than the acceptor (a TLS `redis-server`) and as a client certificate (mutual TLS).
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     pub acceptor: tokio_rustls::TlsAcceptor,
@@ -24,11 +24,15 @@ impl TestCa {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // Distinct names, or OpenSSL (a redis-server checking a client certificate) takes the
+        // leaf for self-signed.
+        ca_params.distinguished_name.push(DnType::CommonName, "slackgate test authority");
         let ca_key = KeyPair::generate().unwrap();
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let leaf_key = KeyPair::generate().unwrap();
-        let leaf =
-            CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&leaf_key, &ca, &ca_key).unwrap();
+        let mut leaf_params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+        leaf_params.distinguished_name.push(DnType::CommonName, "localhost");
+        let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let ca_file = dir.path().join("ca.pem");
         std::fs::write(&ca_file, ca.pem()).unwrap();

@@ -1,0 +1,100 @@
+//! Redis locked down as in production: TLS only (clients, replication, a cluster's bus, the
+//! sentinels), the servers wanting a client certificate (`tls-auth-clients yes`, Redis'
+//! default) and an ACL login, the sentinels a password of their own. The gateway reaches a
+//! Cluster and a Sentinel set that way from `[redis]` alone (`rediss://`, `tls_*_file`,
+//! `password = "${VAR}"`), and a gateway missing any one piece is refused: 503, never 200.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cluster::deliver;
+use crate::utils::*;
+
+fn without(cfg: &GatewayConfig, key: &str) -> GatewayConfig {
+    let mut c = cfg.clone();
+    c.redis = c.redis.lines().filter(|l| !l.starts_with(key)).collect::<Vec<_>>().join("\n");
+    c
+}
+
+async fn refused(cfg: &GatewayConfig, env: &[(&str, &str)], id: &str) {
+    let gw = Gateway::start_with_env(cfg, env).await;
+    let (status, _) = send(gw.port, Req::signed("/slack/events", event(id), SECRET)).await;
+    assert_eq!(status, 503, "not recorded, so not acked: {}", cfg.redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_mutual_tls_with_a_login_records_replicates_and_delivers() {
+    let security = Arc::new(RedisSecurity::new());
+    let cluster = RedisCluster::start_secured(3, 1, security.clone());
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new("", &prefix("tlscluster"), &bot.url());
+    cfg.redis = format!("{}shards = 6\ndurability = \"replicated\"\nwait_timeout = \"300ms\"", cluster.toml());
+    let env = security.env();
+    let gateways = [Gateway::start_with_env(&cfg, &env).await, Gateway::start_with_env(&cfg, &env).await];
+    // One event each first, retried like Slack retries: a debug build's first TLS handshakes
+    // to every node (nine cluster connections with `replicated`) can take the ack budget.
+    for (i, g) in gateways.iter().enumerate() {
+        assert!(deliver(&[g.port], &format!("EvTlsClWarm{i}"), Duration::from_secs(30)).await, "{}", g.log());
+    }
+    let record_errors = "slackgate_store_errors_total{app=\"bot\",reason=\"record\"}";
+    let mut errors_before = Vec::new();
+    for g in &gateways {
+        errors_before.push(metric(g.admin_port, record_errors).await);
+    }
+    let ids: Vec<String> = (0..30).map(|i| format!("EvTlsCl{i:03}")).collect();
+    // Every event twice at the same moment, on both gateways.
+    let sends = ids.iter().flat_map(|id| {
+        gateways.each_ref().map(|g| tokio::spawn(send(g.port, Req::signed("/slack/events", event(id), SECRET))))
+    });
+    for s in sends.collect::<Vec<_>>() {
+        assert_eq!(s.await.unwrap().0, 200);
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || ids.iter().all(|id| bot.count_body(id) >= 1)).await,
+        "{}",
+        gateways[0].log()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(ids.iter().all(|id| bot.count_body(id) == 1), "each delivered once");
+    for (g, before) in gateways.iter().zip(errors_before) {
+        assert_eq!(metric(g.admin_port, record_errors).await, before, "no record failed once connected");
+        assert!(!g.log().contains(&security.password), "the password is never logged");
+    }
+    // Each piece missing: no login, the system's roots instead of the authority, no client
+    // certificate.
+    refused(&without(&cfg, "password"), &env, "EvTlsClNoLogin").await;
+    refused(&without(&cfg, "tls_ca_file"), &env, "EvTlsClNoCa").await;
+    refused(&without(&without(&cfg, "tls_cert_file"), "tls_key_file"), &env, "EvTlsClNoCert").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_set_over_mutual_tls_with_logins_is_followed_through_a_failover() {
+    let security = Arc::new(RedisSecurity::new());
+    let mut set = RedisSentinel::start_secured(security.clone());
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new("", &prefix("tlssentinel"), &bot.url());
+    cfg.redis = format!("{}durability = \"replicated\"\nwait_timeout = \"300ms\"", set.toml());
+    let env = security.env();
+    let gw = Gateway::start_with_env(&cfg, &env).await;
+    let ids: Vec<String> = (0..20).map(|i| format!("EvTlsSn{i:03}")).collect();
+    for id in &ids[..10] {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(id), SECRET)).await.0, 200, "{}", gw.log());
+    }
+    // The primary dies; the sentinels promote a replica; the gateway asks them again (over
+    // TLS, with its login) and reaches the new primary over TLS.
+    let first = set.primary().expect("the sentinels name a primary");
+    set.kill(first);
+    for id in &ids[10..] {
+        assert!(deliver(&[gw.port], id, Duration::from_secs(60)).await, "acked in the end: {}", gw.log());
+    }
+    assert_ne!(set.primary(), Some(first), "a replica was promoted");
+    assert!(
+        eventually(Duration::from_secs(20), || ids.iter().all(|id| bot.count_body(id) >= 1)).await,
+        "lost: {:?}",
+        ids.iter().filter(|id| bot.count_body(id) == 0).collect::<Vec<_>>()
+    );
+    // Without the sentinels' password the primary cannot be found; without the nodes' login
+    // it cannot be written.
+    refused(&without(&cfg, "sentinel_password"), &env, "EvTlsSnNoSentinelLogin").await;
+    refused(&without(&cfg, "password"), &env, "EvTlsSnNoLogin").await;
+}
