@@ -3,6 +3,7 @@
 //! reverse-proxied to the app's bot.
 //!
 //! - `admission`: how many records may be pending at once (adaptive); the excess gets 503.
+//! - `shard_gate`: a shard that records nothing (its primary gone) cannot take every slot.
 //! - `answer`: what the gateway answers and how it is counted.
 //! - `slack_route`: the decision for one Slack request (verify, classify, record, inline).
 //! - [`plan`]: what recording a verified delivery will do, decided without the store.
@@ -19,6 +20,7 @@ mod conn;
 mod inline;
 mod passthrough;
 pub mod plan;
+mod shard_gate;
 mod slack_route;
 
 pub use admission::Shed;
@@ -42,6 +44,7 @@ use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
 use admission::Admission;
 use answer::{Answer, Outcome, RequestKind};
+use shard_gate::ShardGate;
 
 /// Connections for records under `durability = "replicated"` (see [`Ingress::store`]).
 const RECORD_CONNECTIONS: usize = 8;
@@ -61,6 +64,8 @@ pub struct Ingress {
     attribution: Option<crate::egress::Attribution>,
     /// How many records may be pending at once; the excess is answered 503 at once.
     admission: Arc<Admission>,
+    /// Records for a shard that records nothing are held to a few (its primary is gone).
+    shard_gate: Arc<ShardGate>,
 }
 
 /// Per-request state, from Pingora's `new_ctx` to its `logging`.
@@ -109,8 +114,11 @@ impl Ingress {
                 waiting: m.overload.waiting.clone(),
             },
         );
+        // A lane busy for half the budget without one record is a dead or frozen primary.
+        let shard_gate = ShardGate::new(config.server.ack_budget / 2);
         Ingress {
             admission,
+            shard_gate,
             attribution,
             response_url_hosts: config.server.response_url_hosts.clone().into(),
             config,

@@ -172,13 +172,27 @@ impl Ingress {
             detail: &d.detail,
             response_url: d.response_url.as_deref().unwrap_or(""),
         };
+        let Some(lane) = self.shard_gate.enter(&app.name, plan.shard) else {
+            return self.shed(app, Shed::Stalled, kind);
+        };
         let slot = match self.admission.admit(deadline).await {
             Ok(slot) => slot,
             Err(shed) => return self.shed(app, shed, kind),
         };
         self.shared.metrics.overload.admitted.with_label_values(&[&app.name]).inc();
         let recorded = self.store_record(app, &keys, &new, deadline).await;
-        drop(slot);
+        // A failed record teaches neither the admission's limit nor its shard's lane anything
+        // but that it failed.
+        match &recorded {
+            Ok(_) => {
+                lane.recorded();
+                drop(slot);
+            }
+            Err(_) => {
+                slot.failed();
+                drop(lane);
+            }
+        }
         let recorded = match recorded {
             Ok(r) => r,
             Err(refusal) => return refusal,

@@ -145,3 +145,56 @@ async fn with_local_acks_a_failover_loses_what_the_replica_had_not_got() {
     assert!(!lost.is_empty(), "the records only the dead primary had are lost");
     eprintln!("durability = local: {} of {acked} acked events lost in the failover", lost.len());
 }
+
+/// One primary killed (no replica to take over), events keep coming for every shard, five to
+/// the dead primary's shards for each one to the others'. The dead shards' records hold their
+/// slots while the client tries to reconnect, but once they are seen to record nothing they
+/// are held to their probes (the rest answered 503 at once, for Slack to retry), so the other
+/// primaries' shards keep getting slots: every one of their events is acked. (Without the
+/// shard gate, the dead shards' records take every slot and these events get 503.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_primary_does_not_take_the_acks_of_the_other_shards() {
+    let mut cluster = RedisCluster::start(3, 0);
+    // The other primaries go on serving their slots while one is down (else the whole cluster
+    // says CLUSTERDOWN once the dead one is marked failed).
+    cluster.config_set("cluster-require-full-coverage", "no");
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = cluster_config(&cluster, &bot, "deadprimary", "");
+    cfg.server = "max_pending = 16\nadmission_wait = \"200ms\"\nack_budget = \"2s\"".into();
+    let owners: Vec<u16> = (0..6).map(|shard| cluster.owner_of(&format!("{{{}:bot:{shard}}}:x", cfg.prefix))).collect();
+    let dead = owners[0];
+    let on_dead = |id: &str| owners[usize::from(slackgate::outbox::shard_of(&format!("e:{id}"), 6))] == dead;
+    let (mut stuck, mut healthy) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        let id = format!("EvFz{i:04}");
+        match on_dead(&id) {
+            true if stuck.len() < 250 => stuck.push(id),
+            false if healthy.len() < 50 => healthy.push(id),
+            _ if stuck.len() == 250 && healthy.len() == 50 => break,
+            _ => {}
+        }
+    }
+    let gw = Gateway::start(&cfg).await;
+    cluster.kill(dead);
+    let killed_at = tokio::time::Instant::now();
+    let mut stuck = stuck.into_iter();
+    let mut settled = Vec::new();
+    for id in &healthy {
+        for id in stuck.by_ref().take(5) {
+            tokio::spawn(try_send(gw.port, Req::signed("/slack/events", event(&id), SECRET)));
+        }
+        let sent_at = killed_at.elapsed();
+        let status = send(gw.port, Req::signed("/slack/events", event(id), SECRET)).await.0;
+        // At first the dead shards' records hold every slot: those admitted before their lanes
+        // were seen stalled (half the budget) give up at the latest at the budget (2 s).
+        if sent_at > Duration::from_millis(3500) {
+            settled.push((id.clone(), status));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(settled.len() >= 10, "sent after the first slots gave up: {}", settled.len());
+    let refused: Vec<_> = settled.iter().filter(|(_, s)| *s != 200).collect();
+    assert!(refused.is_empty(), "the healthy shards' events refused: {refused:?}\n{}", gw.log());
+    let stalled = metric(gw.admin_port, "slackgate_shed_total{app=\"bot\",reason=\"stalled_shard\"}").await;
+    assert!(stalled > 0.0, "the dead shards' extra records were turned away");
+}

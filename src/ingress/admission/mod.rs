@@ -69,15 +69,18 @@ pub enum Shed {
     Full,
     /// No slot came free within its share of the ack budget.
     Waited,
+    /// Its shard records nothing and has its probes out (see `shard_gate`).
+    Stalled,
 }
 
 impl Shed {
-    pub const ALL: [Shed; 2] = [Shed::Full, Shed::Waited];
+    pub const ALL: [Shed; 3] = [Shed::Full, Shed::Waited, Shed::Stalled];
 
     pub fn as_label(self) -> &'static str {
         match self {
             Shed::Full => "full",
             Shed::Waited => "waited",
+            Shed::Stalled => "stalled_shard",
         }
     }
 }
@@ -125,11 +128,22 @@ impl Window {
 pub struct Slot {
     admission: Arc<Admission>,
     since: Instant,
+    /// The record failed: its latency says how long a failure took (a stalled shard's
+    /// timeout), not how fast the store records, so the limit does not learn from it.
+    failed: bool,
+}
+
+impl Slot {
+    /// Give the slot back without a latency sample (the record failed).
+    pub fn failed(mut self) {
+        self.failed = true;
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.admission.release(self.since.elapsed());
+        let took = (!self.failed).then(|| self.since.elapsed());
+        self.admission.release(took);
     }
 }
 
@@ -211,7 +225,7 @@ impl Admission {
         };
         // The granter counted the slot as pending already.
         if granted {
-            Ok(Slot { admission: self.clone(), since: Instant::now() })
+            Ok(Slot { admission: self.clone(), since: Instant::now(), failed: false })
         } else {
             Err(Shed::Waited)
         }
@@ -221,16 +235,18 @@ impl Admission {
         st.pending += 1;
         st.window.peak = st.window.peak.max(st.pending);
         self.gauges.pending.set(st.pending as i64);
-        Slot { admission: self.clone(), since: Instant::now() }
+        Slot { admission: self.clone(), since: Instant::now(), failed: false }
     }
 
-    fn release(&self, took: Duration) {
-        let slow = took > self.settings.slow;
+    fn release(&self, took: Option<Duration>) {
+        let slow = took.is_none_or(|t| t > self.settings.slow);
         {
             let mut st = self.lock();
             st.pending -= 1;
             st.last_done = Instant::now();
-            st.observe(took, &self.settings, self.floor);
+            if let Some(took) = took {
+                st.observe(took, &self.settings, self.floor);
+            }
             // Hand free slots to the newest waiters still there.
             while st.pending < st.limit as usize {
                 let Some(tx) = st.waiting.pop_back() else { break };

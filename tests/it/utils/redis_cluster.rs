@@ -228,6 +228,14 @@ impl RedisCluster {
         assert!(ok, "kill -{signal} {pid}");
     }
 
+    /// `CONFIG SET name value` on every live node.
+    pub fn config_set(&self, name: &str, value: &str) {
+        for p in self.live_ports() {
+            let mut c = self.node(p).expect("node answers");
+            let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(&mut c).unwrap();
+        }
+    }
+
     /// SIGKILL one node.
     pub fn kill(&mut self, port: u16) {
         let i = self.ports.iter().position(|p| *p == port).unwrap();

@@ -1,0 +1,139 @@
+//! The shard gate: one stalled shard cannot take the ack path's slots from the others.
+//!
+//! Each app's outbox is split over shards, and on Redis Cluster the shards live on different
+//! primaries. When one primary stops answering (killed, frozen, partitioned, mid-failover),
+//! records for its shards hang until the ack budget runs out, and under traffic they would fill
+//! every admission slot, so that the shards on the healthy primaries could not be acked either.
+//! The gate keeps a count per (app, shard) lane: a lane that has records pending but has
+//! recorded nothing for [`stall`](ShardGate::new) is stalled, and until it records again takes
+//! at most [`PROBES`] records at once (they find out when it answers again); the rest are
+//! answered 503 at once (Slack retries them) without taking a slot. Lanes that record are
+//! never limited here.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Records a stalled lane may have pending: enough to notice it answering again.
+pub const PROBES: u32 = 2;
+
+pub struct ShardGate {
+    /// App name → shard → lane.
+    lanes: Mutex<HashMap<Arc<str>, HashMap<u16, Lane>>>,
+    stall: Duration,
+}
+
+struct Lane {
+    pending: u32,
+    /// When the lane last recorded, or when it went from idle to busy.
+    progress: Instant,
+    /// Seen busy without recording for `stall`; only a record clears it.
+    stalled: bool,
+}
+
+/// One record's place on its lane; call [`Pass::recorded`] when it was recorded.
+pub struct Pass {
+    gate: Arc<ShardGate>,
+    lane: (Arc<str>, u16),
+    recorded: bool,
+}
+
+impl ShardGate {
+    /// `stall`: how long a busy lane may go without recording before it is stalled.
+    pub fn new(stall: Duration) -> Arc<ShardGate> {
+        Arc::new(ShardGate { lanes: Mutex::new(HashMap::new()), stall })
+    }
+
+    /// A place on `app`'s `shard`, or `None` when that lane is stalled and has its probes out.
+    pub fn enter(self: &Arc<Self>, app: &str, shard: u16) -> Option<Pass> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        let app = match lanes.get_key_value(app) {
+            Some((name, _)) => name.clone(),
+            None => {
+                let name: Arc<str> = app.into();
+                lanes.insert(name.clone(), HashMap::new());
+                name
+            }
+        };
+        let now = Instant::now();
+        let lanes = lanes.get_mut(&app).expect("inserted above");
+        let lane = lanes.entry(shard).or_insert(Lane { pending: 0, progress: now, stalled: false });
+        if lane.pending == 0 && !lane.stalled {
+            lane.progress = now;
+        }
+        lane.stalled |= lane.pending > 0 && now.duration_since(lane.progress) > self.stall;
+        if lane.stalled && lane.pending >= PROBES {
+            return None;
+        }
+        lane.pending += 1;
+        Some(Pass { gate: self.clone(), lane: (app, shard), recorded: false })
+    }
+
+    /// Whether `app`'s `shard` is stalled now.
+    #[cfg(test)]
+    pub fn stalled(&self, app: &str, shard: u16) -> bool {
+        let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        let lane = lanes.get(app).and_then(|shards| shards.get(&shard));
+        lane.is_some_and(|l| l.stalled || (l.pending > 0 && l.progress.elapsed() > self.stall))
+    }
+}
+
+impl Pass {
+    /// The record was made: the lane is recording.
+    pub fn recorded(mut self) {
+        self.recorded = true;
+    }
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        let mut lanes = self.gate.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        let (app, shard) = &self.lane;
+        if let Some(lane) = lanes.get_mut(app).and_then(|shards| shards.get_mut(shard)) {
+            lane.pending -= 1;
+            if self.recorded {
+                lane.progress = Instant::now();
+                lane.stalled = false;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lane_that_records_nothing_is_held_to_its_probes_and_the_others_are_not() {
+        let gate = ShardGate::new(Duration::from_secs(1));
+        let app = "bot";
+        // Shard 0 hangs: its records never finish.
+        let hung: Vec<Pass> = (0..10).map(|_| gate.enter(app, 0).expect("not stalled yet")).collect();
+        tokio::time::advance(Duration::from_millis(1100)).await;
+        assert!(gate.stalled("bot", 0));
+        assert!(gate.enter(app, 0).is_none(), "stalled with more than its probes out");
+        // Shard 1 records: always let in, however many.
+        for _ in 0..100 {
+            gate.enter(app, 1).expect("a recording lane is never limited").recorded();
+        }
+        let busy: Vec<Pass> = (0..50).map(|_| gate.enter(app, 1).unwrap()).collect();
+        tokio::time::advance(Duration::from_millis(1100)).await;
+        // Busy for over a second without a record: stalled too, until one is made.
+        assert!(gate.enter(app, 1).is_none());
+        let mut busy = busy.into_iter();
+        busy.next().unwrap().recorded();
+        assert!(gate.enter(app, 1).is_some(), "a record ends the stall");
+        // The hung records give up (not recorded): shard 0 stays stalled, its probes only, and
+        // the first record made there ends the stall.
+        drop(hung);
+        assert!(gate.stalled("bot", 0), "idle is not recording");
+        let probes: Vec<Pass> = (0..PROBES).map(|_| gate.enter(app, 0).expect("a probe")).collect();
+        assert!(gate.enter(app, 0).is_none(), "probes only");
+        let mut probes = probes.into_iter();
+        probes.next().unwrap().recorded();
+        assert!(!gate.stalled("bot", 0));
+        assert!(gate.enter(app, 0).is_some());
+    }
+}
