@@ -150,7 +150,9 @@ async fn open_connections_are_capped_and_the_excess_closed_at_once() {
     }
     assert_eq!(open, 20.0);
     let mut extra = connect(gw.port).await;
-    assert!(closed_within(&mut extra, Duration::from_secs(2)).await, "the 21st connection is closed");
+    // Closed as soon as it is accepted; the limit is generous because the test running beside
+    // this one (a TLS cluster, a flood) can hold both cores for a while.
+    assert!(closed_within(&mut extra, Duration::from_secs(5)).await, "the 21st connection is closed");
     let refused = try_send(gw.port, Req::signed("/slack/events", event("EvCap0"), SECRET)).await;
     assert!(refused.is_err(), "no answer over the cap: {refused:?}");
     for c in held.iter_mut() {
