@@ -194,6 +194,11 @@ async fn a_dead_primary_does_not_take_the_acks_of_the_other_shards() {
     }
     assert!(settled.len() >= 10, "sent after the first slots gave up: {}", settled.len());
     let refused: Vec<_> = settled.iter().filter(|(_, s)| *s != 200).collect();
+    eprintln!(
+        "healthy shards' events after the first slots gave up: {} sent, {} refused",
+        settled.len(),
+        refused.len()
+    );
     assert!(refused.is_empty(), "the healthy shards' events refused: {refused:?}\n{}", gw.log());
     let stalled = metric(gw.admin_port, "slackgate_shed_total{app=\"bot\",reason=\"stalled_shard\"}").await;
     assert!(stalled > 0.0, "the dead shards' extra records were turned away");
