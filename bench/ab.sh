@@ -2,11 +2,12 @@
 # A/B of two gateway binaries on the ack path, interleaved so that the shared machine's drift
 # falls on both alike: each round starts each binary fresh (new key prefix) in front of nginx
 # `return 200` (a fast bot, so deliveries flow while it acks) and measures closed loop (64 in
-# flight) and open loop at 1000/s. Prints every round, then the median ratio B/A.
+# flight) and open loop at AB_RATE events/s (default 1000; above the ceiling it measures what
+# is acked under overload). Prints every round, then the median ratios B/A.
 #
 #   bench/ab.sh A_BINARY B_BINARY [SECONDS_PER_PHASE] [ROUNDS]     defaults 8 and 3
 set -euo pipefail
-A=$(realpath "$1"); B=$(realpath "$2"); SECS=${3:-8}; ROUNDS=${4:-3}
+A=$(realpath "$1"); B=$(realpath "$2"); SECS=${3:-8}; ROUNDS=${4:-3}; RATE=${AB_RATE:-1000}
 cd "$(dirname "$0")/.."
 command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
 WORK=$(mktemp -d)
@@ -30,7 +31,7 @@ http {
 NGINX
 nginx -c "$WORK/nginx.conf" &
 sleep 0.5
-run_one() { # binary label round → prints "closed_ok_s open_p99_ms"
+run_one() { # binary label round → prints "closed_ok_s open_p99_ms open_ok_s"
   local gw=$1 name="$2$3" listen admin pid
   listen=$(port); admin=$(port)
   cat >"$WORK/$name.toml" <<TOML
@@ -52,22 +53,23 @@ TOML
   local url="http://127.0.0.1:$listen/slack/events" closed open
   closed=$("$B" sim send --json --secret bench-secret --url "$url" --duration "$SECS" --concurrency 64 2>/dev/null | json "d['acked_per_s']")
   sleep 2 # let the deliveries catch up before the latency phase
-  open=$("$B" sim send --json --secret bench-secret --url "$url" --duration "$SECS" --rate 1000 2>/dev/null | json "d['ack_latency']['p99_ms']")
+  open=$("$B" sim send --json --secret bench-secret --url "$url" --duration "$SECS" --rate "$RATE" 2>/dev/null | json "d['ack_latency']['p99_ms'], d['acked_per_s']")
   kill -INT "$pid"; wait "$pid" 2>/dev/null || true
   redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
   echo "$closed $open"
 }
-echo "== $(date -u +%FT%TZ) $(nproc) cores; ${SECS}s per phase, $ROUNDS rounds; A=$A B=$B"
+echo "== $(date -u +%FT%TZ) $(nproc) cores; ${SECS}s per phase, $ROUNDS rounds, open loop $RATE/s; A=$A B=$B"
 : >"$WORK/rows"
 for r in $(seq "$ROUNDS"); do
   a=$(run_one "$A" a "$r"); b=$(run_one "$B" b "$r")
-  printf 'round %d  A closed %6.0f/s  open-1000 p99 %7.3f ms | B closed %6.0f/s  open-1000 p99 %7.3f ms\n' "$r" $a $b
+  printf 'round %d  A closed %6.0f/s  open p99 %8.3f ms %6.0f ok/s | B closed %6.0f/s  open p99 %8.3f ms %6.0f ok/s\n' "$r" $a $b
   echo "$a $b" >>"$WORK/rows"
 done
-python3 - "$WORK/rows" <<'PY'
+python3 - "$WORK/rows" "$RATE" <<'PY'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
-thr = statistics.median(r[2] / r[0] for r in rows)
-p99 = statistics.median(r[3] / r[1] for r in rows)
-print(f"median B/A: closed-loop accepted/s {thr:.2f}, open-loop 1000/s p99 {p99:.2f}")
+thr = statistics.median(r[3] / r[0] for r in rows)
+p99 = statistics.median(r[4] / r[1] for r in rows)
+ok = statistics.median(r[5] / r[2] for r in rows)
+print(f"median B/A: closed-loop accepted/s {thr:.2f}, open-loop {sys.argv[2]}/s p99 {p99:.2f}, acked/s {ok:.2f}")
 PY

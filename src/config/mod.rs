@@ -170,13 +170,23 @@ pub struct RedisAuth {
 }
 
 /// TLS material for `rediss://` (data nodes and sentinels alike), PEM, read when the config is.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RedisTls {
     /// The authority that signed Redis' certificates; none: the system's roots.
     pub ca: Option<Vec<u8>>,
     /// A client certificate and its key, for a Redis that wants one (`tls-auth-clients yes`,
     /// its default).
     pub client: Option<(Vec<u8>, Secret)>,
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |b: bool| if b { "set" } else { "none" };
+        f.debug_struct("RedisTls")
+            .field("ca", &set(self.ca.is_some()))
+            .field("client", &set(self.client.is_some()))
+            .finish()
+    }
 }
 
 /// How durable an ack is.

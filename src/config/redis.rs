@@ -76,7 +76,7 @@ impl Validator<'_> {
         if nodes.is_empty() {
             return Err(self.err(key, "must list at least one node"));
         }
-        nodes
+        let urls = nodes
             .iter()
             .map(|n| {
                 let u = interpolate(n).map_err(|m| self.err(key, m))?;
@@ -86,7 +86,12 @@ impl Validator<'_> {
                     Err(self.err(key, format!("`{u}` must be a redis:// or rediss:// URL")))
                 }
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        // TLS is all or nothing: with rediss:// sentinels the data nodes are reached over TLS too.
+        if urls.iter().any(|u| u.starts_with("rediss://")) && !urls.iter().all(|u| u.starts_with("rediss://")) {
+            return Err(self.err(key, "mixes redis:// and rediss://; use one for every node"));
+        }
+        Ok(urls)
     }
 
     /// The logins and the TLS material. A password comes from `"${VAR}"` or a file; a literal
@@ -150,9 +155,14 @@ impl Validator<'_> {
 
     /// `tls_ca_file`, and `tls_cert_file` with `tls_key_file`: only with rediss:// URLs.
     fn redis_tls(&self, r: &RedisSection, target: &RedisTarget) -> Result<RedisTls, ConfigError> {
-        if [&r.tls_ca_file, &r.tls_cert_file, &r.tls_key_file].iter().all(|v| v.is_none()) {
+        let files = [
+            ("redis.tls_ca_file", &r.tls_ca_file),
+            ("redis.tls_cert_file", &r.tls_cert_file),
+            ("redis.tls_key_file", &r.tls_key_file),
+        ];
+        let Some((first, _)) = files.iter().find(|(_, v)| v.is_some()) else {
             return Ok(RedisTls::default());
-        }
+        };
         let urls = match target {
             RedisTarget::Url(u) => std::slice::from_ref(u),
             RedisTarget::Cluster(nodes) => nodes.as_slice(),
@@ -160,27 +170,41 @@ impl Validator<'_> {
             RedisTarget::Embedded => &[],
         };
         if urls.is_empty() || !urls.iter().all(|u| u.starts_with("rediss://")) {
-            return Err(self.err("redis.tls_ca_file", "tls_* files need rediss:// URLs (TLS) for every node"));
+            return Err(self.err(first, "tls_* files need rediss:// URLs (TLS) for every node"));
         }
-        let ca = r.tls_ca_file.as_deref().map(|f| self.pem("redis.tls_ca_file", f)).transpose()?;
+        let ca = r.tls_ca_file.as_deref().map(|f| self.certificates("redis.tls_ca_file", f)).transpose()?;
         let client = match (&r.tls_cert_file, &r.tls_key_file) {
-            (Some(c), Some(k)) => {
-                let key = self.pem("redis.tls_key_file", k)?;
-                Some((self.pem("redis.tls_cert_file", c)?, Secret::new(&String::from_utf8_lossy(&key))))
-            }
+            (Some(c), Some(k)) => Some((self.certificates("redis.tls_cert_file", c)?, self.private_key(k)?)),
             (None, None) => None,
-            _ => return Err(self.err("redis.tls_cert_file", "set tls_cert_file and tls_key_file together")),
+            (None, Some(_)) => return Err(self.err("redis.tls_key_file", "set tls_cert_file with it")),
+            (Some(_), None) => return Err(self.err("redis.tls_cert_file", "set tls_key_file with it")),
         };
         Ok(RedisTls { ca, client })
     }
 
-    /// A PEM file (certificate or key), read now so that `check` and `run` refuse a bad one.
-    fn pem(&self, key: &str, f: &str) -> Result<Vec<u8>, ConfigError> {
+    /// A PEM file of one or more certificates, parsed now so that `check` and `run` refuse a
+    /// bad one instead of every connection failing later.
+    fn certificates(&self, key: &str, f: &str) -> Result<Vec<u8>, ConfigError> {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
         let bytes = self.read_file(key, f)?;
-        if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
-            return Err(self.err(key, format!("{f} is not PEM (no -----BEGIN line)")));
+        let count = CertificateDer::pem_slice_iter(&bytes)
+            .try_fold(0usize, |n, c| c.map(|_| n + 1))
+            .map_err(|e| self.err(key, format!("{f}: not PEM certificates ({e})")))?;
+        if count == 0 {
+            return Err(self.err(key, format!("{f} holds no certificate")));
         }
         Ok(bytes)
+    }
+
+    /// The client certificate's key, PEM, unencrypted (PKCS#8, PKCS#1 or SEC1).
+    fn private_key(&self, f: &str) -> Result<Secret, ConfigError> {
+        use rustls::pki_types::{pem::PemObject, PrivateKeyDer};
+        let key = "redis.tls_key_file";
+        let bytes = self.read_file(key, f)?;
+        PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
+            self.err(key, format!("{f} holds no usable private key ({e}); encrypted keys are not read"))
+        })?;
+        Ok(Secret::new(&String::from_utf8_lossy(&bytes)))
     }
 
     fn durability(&self, r: &RedisSection, ack_budget: Duration) -> Result<Durability, ConfigError> {

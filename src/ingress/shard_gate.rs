@@ -20,9 +20,16 @@ use tokio::time::Instant;
 pub const PROBES: u32 = 2;
 
 pub struct ShardGate {
-    /// App name → shard → lane.
-    lanes: Mutex<HashMap<Arc<str>, HashMap<u16, Lane>>>,
+    lanes: Mutex<Lanes>,
     stall: Duration,
+}
+
+struct Lanes {
+    /// App name → shard → lane.
+    by_app: HashMap<Arc<str>, HashMap<u16, Lane>>,
+    /// When any lane last recorded: a stalled lane while others record is a local failure
+    /// (one primary); every lane stalled is the whole store.
+    last_record: Option<Instant>,
 }
 
 struct Lane {
@@ -43,23 +50,40 @@ pub struct Pass {
 impl ShardGate {
     /// `stall`: how long a busy lane may go without recording before it is stalled.
     pub fn new(stall: Duration) -> Arc<ShardGate> {
-        Arc::new(ShardGate { lanes: Mutex::new(HashMap::new()), stall })
+        Arc::new(ShardGate { lanes: Mutex::new(Lanes { by_app: HashMap::new(), last_record: None }), stall })
     }
 
-    /// A place on `app`'s `shard`, or `None` when that lane is stalled and has its probes out.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lanes> {
+        self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `app`'s `shard` is stalled with its probes out: asked before the record waits
+    /// for an admission slot, so that a dead shard's events never queue for one.
+    pub fn refuses(&self, app: &str, shard: u16) -> bool {
+        let mut lanes = self.lock();
+        let Some(lane) = lanes.by_app.get_mut(app).and_then(|shards| shards.get_mut(&shard)) else {
+            return false;
+        };
+        lane.stalled |= lane.pending > 0 && lane.progress.elapsed() > self.stall;
+        lane.stalled && lane.pending >= PROBES
+    }
+
+    /// A place on `app`'s `shard` for a record about to be made (it holds an admission slot:
+    /// time spent waiting for one is not the lane's), or `None` when the lane is stalled and
+    /// has its probes out.
     pub fn enter(self: &Arc<Self>, app: &str, shard: u16) -> Option<Pass> {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-        let app = match lanes.get_key_value(app) {
+        let mut lanes = self.lock();
+        let app = match lanes.by_app.get_key_value(app) {
             Some((name, _)) => name.clone(),
             None => {
                 let name: Arc<str> = app.into();
-                lanes.insert(name.clone(), HashMap::new());
+                lanes.by_app.insert(name.clone(), HashMap::new());
                 name
             }
         };
         let now = Instant::now();
-        let lanes = lanes.get_mut(&app).expect("inserted above");
-        let lane = lanes.entry(shard).or_insert(Lane { pending: 0, progress: now, stalled: false });
+        let shards = lanes.by_app.get_mut(&app).expect("inserted above");
+        let lane = shards.entry(shard).or_insert(Lane { pending: 0, progress: now, stalled: false });
         if lane.pending == 0 && !lane.stalled {
             lane.progress = now;
         }
@@ -74,8 +98,8 @@ impl ShardGate {
     /// Whether `app`'s `shard` is stalled now.
     #[cfg(test)]
     pub fn stalled(&self, app: &str, shard: u16) -> bool {
-        let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-        let lane = lanes.get(app).and_then(|shards| shards.get(&shard));
+        let lanes = self.lock();
+        let lane = lanes.by_app.get(app).and_then(|shards| shards.get(&shard));
         lane.is_some_and(|l| l.stalled || (l.pending > 0 && l.progress.elapsed() > self.stall))
     }
 }
@@ -85,16 +109,31 @@ impl Pass {
     pub fn recorded(mut self) {
         self.recorded = true;
     }
+
+    /// The record failed: was that this lane's own trouble (it is stalled while another lane
+    /// recorded within the stall time), rather than the whole store's?
+    pub fn failed_alone(self) -> bool {
+        let lanes = self.gate.lock();
+        let (app, shard) = &self.lane;
+        let lane = lanes.by_app.get(app).and_then(|shards| shards.get(shard));
+        let stalled = lane.is_some_and(|l| l.stalled || l.progress.elapsed() > self.gate.stall);
+        let others_record = lanes.last_record.is_some_and(|t| t.elapsed() <= self.gate.stall);
+        stalled && others_record
+    }
 }
 
 impl Drop for Pass {
     fn drop(&mut self) {
-        let mut lanes = self.gate.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lanes = self.gate.lock();
+        let now = Instant::now();
+        if self.recorded {
+            lanes.last_record = Some(now);
+        }
         let (app, shard) = &self.lane;
-        if let Some(lane) = lanes.get_mut(app).and_then(|shards| shards.get_mut(shard)) {
+        if let Some(lane) = lanes.by_app.get_mut(app).and_then(|shards| shards.get_mut(shard)) {
             lane.pending -= 1;
             if self.recorded {
-                lane.progress = Instant::now();
+                lane.progress = now;
                 lane.stalled = false;
             }
         }
@@ -112,10 +151,11 @@ mod tests {
         // Shard 0 hangs: its records never finish.
         let hung: Vec<Pass> = (0..10).map(|_| gate.enter(app, 0).expect("not stalled yet")).collect();
         tokio::time::advance(Duration::from_millis(1100)).await;
-        assert!(gate.stalled("bot", 0));
+        assert!(gate.refuses(app, 0) && gate.stalled(app, 0));
         assert!(gate.enter(app, 0).is_none(), "stalled with more than its probes out");
         // Shard 1 records: always let in, however many.
         for _ in 0..100 {
+            assert!(!gate.refuses(app, 1));
             gate.enter(app, 1).expect("a recording lane is never limited").recorded();
         }
         let busy: Vec<Pass> = (0..50).map(|_| gate.enter(app, 1).unwrap()).collect();
@@ -125,15 +165,28 @@ mod tests {
         let mut busy = busy.into_iter();
         busy.next().unwrap().recorded();
         assert!(gate.enter(app, 1).is_some(), "a record ends the stall");
-        // The hung records give up (not recorded): shard 0 stays stalled, its probes only, and
-        // the first record made there ends the stall.
+        // Shard 0's records fail while shard 1 records: its own trouble. The hung records give
+        // up; shard 0 stays stalled, its probes only, and the first record there ends it.
+        let mut hung = hung.into_iter();
+        assert!(hung.next().unwrap().failed_alone());
         drop(hung);
-        assert!(gate.stalled("bot", 0), "idle is not recording");
+        assert!(gate.stalled(app, 0), "idle is not recording");
         let probes: Vec<Pass> = (0..PROBES).map(|_| gate.enter(app, 0).expect("a probe")).collect();
         assert!(gate.enter(app, 0).is_none(), "probes only");
         let mut probes = probes.into_iter();
         probes.next().unwrap().recorded();
-        assert!(!gate.stalled("bot", 0));
+        assert!(!gate.stalled(app, 0));
         assert!(gate.enter(app, 0).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn when_no_lane_records_a_failure_is_the_whole_stores() {
+        let gate = ShardGate::new(Duration::from_secs(1));
+        gate.enter("bot", 1).unwrap().recorded();
+        let hung: Vec<Pass> = (0..3).map(|shard| gate.enter("bot", shard).unwrap()).collect();
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        for pass in hung {
+            assert!(!pass.failed_alone(), "every lane stalled: the store, not one shard");
+        }
     }
 }

@@ -172,26 +172,29 @@ impl Ingress {
             detail: &d.detail,
             response_url: d.response_url.as_deref().unwrap_or(""),
         };
-        let Some(lane) = self.shard_gate.enter(&app.name, plan.shard) else {
+        // A shard whose primary is gone gets its probes only; the rest do not queue for a slot.
+        if self.shard_gate.refuses(&app.name, plan.shard) {
             return self.shed(app, Shed::Stalled, kind);
-        };
+        }
         let slot = match self.admission.admit(deadline).await {
             Ok(slot) => slot,
             Err(shed) => return self.shed(app, shed, kind),
         };
+        let Some(lane) = self.shard_gate.enter(&app.name, plan.shard) else {
+            slot.unsampled();
+            return self.shed(app, Shed::Stalled, kind);
+        };
         self.shared.metrics.overload.admitted.with_label_values(&[&app.name]).inc();
         let recorded = self.store_record(app, &keys, &new, deadline).await;
-        // A failed record teaches neither the admission's limit nor its shard's lane anything
-        // but that it failed.
         match &recorded {
             Ok(_) => {
                 lane.recorded();
                 drop(slot);
             }
-            Err(_) => {
-                slot.failed();
-                drop(lane);
-            }
+            // One dead primary's timeouts say nothing of how fast the store records, so the
+            // limit does not learn from them; the whole store failing still teaches it.
+            Err(_) if lane.failed_alone() => slot.unsampled(),
+            Err(_) => drop(slot),
         }
         let recorded = match recorded {
             Ok(r) => r,

@@ -18,8 +18,19 @@ fn without(cfg: &GatewayConfig, key: &str) -> GatewayConfig {
 
 async fn refused(cfg: &GatewayConfig, env: &[(&str, &str)], id: &str) {
     let gw = Gateway::start_with_env(cfg, env).await;
-    let (status, _) = send(gw.port, Req::signed("/slack/events", event(id), SECRET)).await;
+    let (status, body) = send(gw.port, Req::signed("/slack/events", event(id), SECRET)).await;
     assert_eq!(status, 503, "not recorded, so not acked: {}", cfg.redis);
+    assert_eq!(String::from_utf8_lossy(&body), "store unavailable\n", "refused by Redis, not shed");
+}
+
+/// No password, and no byte of the client key, in the gateway's log.
+fn no_secret_logged(gw: &Gateway, security: &RedisSecurity) {
+    let log = gw.log();
+    let key = std::fs::read_to_string(&security.ca.key_file).unwrap();
+    let key_body = key.lines().nth(1).unwrap();
+    for secret in [security.password.as_str(), security.sentinel_password.as_str(), key_body] {
+        assert!(!log.contains(secret), "a secret in the log");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,7 +69,7 @@ async fn a_cluster_over_mutual_tls_with_a_login_records_replicates_and_delivers(
     assert!(ids.iter().all(|id| bot.count_body(id) == 1), "each delivered once");
     for (g, before) in gateways.iter().zip(errors_before) {
         assert_eq!(metric(g.admin_port, record_errors).await, before, "no record failed once connected");
-        assert!(!g.log().contains(&security.password), "the password is never logged");
+        no_secret_logged(g, &security);
     }
     // Each piece missing: no login, the system's roots instead of the authority, no client
     // certificate.
@@ -93,6 +104,7 @@ async fn a_sentinel_set_over_mutual_tls_with_logins_is_followed_through_a_failov
         "lost: {:?}",
         ids.iter().filter(|id| bot.count_body(id) == 0).collect::<Vec<_>>()
     );
+    no_secret_logged(&gw, &security);
     // Without the sentinels' password the primary cannot be found; without the nodes' login
     // it cannot be written.
     refused(&without(&cfg, "sentinel_password"), &env, "EvTlsSnNoSentinelLogin").await;

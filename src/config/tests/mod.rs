@@ -341,10 +341,10 @@ mod secrets;
 #[test]
 fn redis_cluster_and_sentinel_forms() {
     let a = app("a", "SG_CFG_REDIS_FORMS", "");
-    let c = load(&format!("[redis]\ncluster = [\"redis://10.0.0.1:7000\", \"rediss://10.0.0.2:7000\"]\n{a}")).unwrap();
+    let c = load(&format!("[redis]\ncluster = [\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]\n{a}")).unwrap();
     assert_eq!(
         c.redis.target,
-        RedisTarget::Cluster(vec!["redis://10.0.0.1:7000".into(), "rediss://10.0.0.2:7000".into()])
+        RedisTarget::Cluster(vec!["redis://10.0.0.1:7000".into(), "redis://10.0.0.2:7000".into()])
     );
     let c = load(&format!("[redis]\nsentinel = [\"redis://10.0.0.5:26379\"]\nmaster_name = \"main\"\n{a}")).unwrap();
     assert_eq!(

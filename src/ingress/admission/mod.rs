@@ -128,21 +128,21 @@ impl Window {
 pub struct Slot {
     admission: Arc<Admission>,
     since: Instant,
-    /// The record failed: its latency says how long a failure took (a stalled shard's
-    /// timeout), not how fast the store records, so the limit does not learn from it.
-    failed: bool,
+    /// Given back without a latency sample: no record was made with it, or its time says
+    /// how long one dead shard took to fail, not how fast the store records.
+    unsampled: bool,
 }
 
 impl Slot {
-    /// Give the slot back without a latency sample (the record failed).
-    pub fn failed(mut self) {
-        self.failed = true;
+    /// Give the slot back without teaching the limit anything.
+    pub fn unsampled(mut self) {
+        self.unsampled = true;
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let took = (!self.failed).then(|| self.since.elapsed());
+        let took = (!self.unsampled).then(|| self.since.elapsed());
         self.admission.release(took);
     }
 }
@@ -225,7 +225,7 @@ impl Admission {
         };
         // The granter counted the slot as pending already.
         if granted {
-            Ok(Slot { admission: self.clone(), since: Instant::now(), failed: false })
+            Ok(Slot { admission: self.clone(), since: Instant::now(), unsampled: false })
         } else {
             Err(Shed::Waited)
         }
@@ -235,11 +235,11 @@ impl Admission {
         st.pending += 1;
         st.window.peak = st.window.peak.max(st.pending);
         self.gauges.pending.set(st.pending as i64);
-        Slot { admission: self.clone(), since: Instant::now(), failed: false }
+        Slot { admission: self.clone(), since: Instant::now(), unsampled: false }
     }
 
     fn release(&self, took: Option<Duration>) {
-        let slow = took.is_none_or(|t| t > self.settings.slow);
+        let slow = took.is_some_and(|t| t > self.settings.slow);
         {
             let mut st = self.lock();
             st.pending -= 1;

@@ -182,3 +182,22 @@ async fn waiting_and_shedding_press_the_workers() {
     }
     assert!(a.pressure.level() > 0.5, "{}", a.pressure.level());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_given_back_unsampled_teaches_the_limit_nothing() {
+    let a = admission(64, 20);
+    let before = a.limit();
+    // Records that hung for 2 s each, given back unsampled (one dead shard's timeouts), over
+    // several windows: the limit stays.
+    for _ in 0..5 {
+        let slots = futures_slots(&a, 8).await;
+        tokio::time::advance(Duration::from_secs(2)).await;
+        slots.into_iter().for_each(Slot::unsampled);
+    }
+    assert_eq!(a.limit(), before);
+    // The same records sampled (the whole store that slow): it halves.
+    let slots = futures_slots(&a, 8).await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    drop(slots);
+    assert!(a.limit() <= before / 2, "{} of {before}", a.limit());
+}
