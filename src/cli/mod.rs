@@ -111,6 +111,7 @@ fn check(opt: &ConfigOpt) -> anyhow::Result<()> {
     println!("{}: ok", opt.config.display());
     println!("listen {}  admin {}", config.server.listen, config.server.admin_listen.as_deref().unwrap_or("off"));
     println!("redis {}", config.redis.target.describe());
+    println!("  {}", config.redis.describe_access());
     for app in &config.apps {
         println!("app {} -> {}", app.name, app.upstream.url);
         let mut slack = vec![&app.events_path, &app.commands_path, &app.interactivity_path];

@@ -198,6 +198,37 @@ pub enum Durability {
     Replicated { replicas: u32, timeout: Duration },
 }
 
+impl RedisConfig {
+    /// How the gateway logs in and how durable an ack is, for `check` (never the secrets).
+    pub fn describe_access(&self) -> String {
+        let a = &self.auth;
+        let mut parts = vec![match (&a.username, &a.password) {
+            (Some(u), Some(_)) => format!("login {u} with a password"),
+            (None, Some(_)) => "login default with a password".into(),
+            (Some(u), None) => format!("login {u}, no password"),
+            (None, None) => "no login".into(),
+        }];
+        if a.sentinel_username.is_some() || a.sentinel_password.is_some() {
+            parts.push("sentinels with a login of their own".into());
+        }
+        match (&a.tls.ca, &a.tls.client) {
+            (None, None) => {}
+            (ca, client) => parts.push(format!(
+                "TLS trusting {}{}",
+                if ca.is_some() { "tls_ca_file" } else { "the system's roots" },
+                if client.is_some() { ", with a client certificate" } else { "" }
+            )),
+        }
+        parts.push(match self.durability {
+            Durability::Local => "durability local".into(),
+            Durability::Replicated { replicas, timeout } => {
+                format!("durability replicated (WAIT {replicas} replicas, {}ms)", timeout.as_millis())
+            }
+        });
+        format!("{}; shards {}, key prefix {}", parts.join(", "), self.shards, self.key_prefix)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
     pub target: RedisTarget,

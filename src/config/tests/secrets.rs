@@ -128,6 +128,11 @@ fn redis_tls_files_and_sentinel_logins() {
     let (cert, key) = c.redis.auth.tls.client.as_ref().expect("a client certificate");
     assert_eq!(cert.as_slice(), pem.as_bytes());
     assert!(!format!("{:?}", c.redis.auth).contains("MIIE") && !format!("{key:?}").contains("MIIE"), "no key in Debug");
+    let said = c.redis.describe_access();
+    assert!(
+        said.starts_with("no login, TLS trusting tls_ca_file, with a client certificate, durability local"),
+        "{said}"
+    );
     // TLS files without TLS, half a client certificate, a file that is not PEM: refused, named.
     let key_of = |redis: &str| load_in(redis).unwrap_err().key;
     assert_eq!(key_of("url = \"redis://10.0.0.1/\"\ntls_ca_file = \"ca.pem\""), "redis.tls_ca_file");
@@ -153,6 +158,8 @@ fn redis_tls_files_and_sentinel_logins() {
     let c = load_in(&format!("{s}\nsentinel_username = \"watch\"\nsentinel_password = \"${{SG_CFG_SENTINEL_PW}}\""))
         .unwrap();
     assert_eq!(c.redis.auth.sentinel_username.as_deref(), Some("watch"));
+    let said = c.redis.describe_access();
+    assert!(said.contains("sentinels with a login of their own") && !said.contains("sentinel-secret"), "{said}");
     assert_eq!(c.redis.auth.sentinel_password.as_ref().map(|p| p.expose().to_vec()), Some(b"sentinel-secret".to_vec()));
     assert_eq!(key_of(&format!("{s}\nsentinel_password = \"literal\"")), "redis.sentinel_password");
     assert_eq!(
