@@ -111,12 +111,14 @@ impl RedisCluster {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server on PATH");
+        // Owned at once: a server that never answers is killed when the assert below panics.
+        let child = KillOnDrop::new(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.node(p).is_none() {
             assert!(Instant::now() < deadline, "redis-server on {p} did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        KillOnDrop::new(child)
+        child
     }
 
     /// A plain connection to one node.

@@ -80,12 +80,14 @@ impl RedisSentinel {
             }
         };
         let child = cmd.arg("--dir").arg(&data).stdout(Stdio::null()).spawn().expect("redis-server on PATH");
+        // Owned at once: a server that never answers is killed when the assert below panics.
+        let child = KillOnDrop::new(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.conn(port).is_none() {
             assert!(Instant::now() < deadline, "redis on {port} did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        KillOnDrop::new(child)
+        child
     }
 
     pub fn conn(&self, port: u16) -> Option<redis::Connection> {
