@@ -172,35 +172,42 @@ impl Ingress {
             detail: &d.detail,
             response_url: d.response_url.as_deref().unwrap_or(""),
         };
-        // A shard whose primary is gone gets its probes only; the rest do not queue for a slot.
-        if self.shard_gate.refuses(&app.name, plan.shard) {
-            return self.shed(app, Shed::Stalled, kind);
-        }
-        let slot = match self.admission.admit(deadline).await {
-            Ok(slot) => slot,
-            Err(shed) => return self.shed(app, shed, kind),
+        let recorded = match self.admitted_record(app, plan.shard, &keys, &new, deadline).await {
+            Ok(r) => r,
+            Err(refusal) => return refusal,
         };
-        let Some(lane) = self.shard_gate.enter(&app.name, plan.shard) else {
+        self.recorded(app, recorded, Placed { plan, keys, received_ms, deadline }, v, audit).await
+    }
+
+    /// The record under admission: past the shard gate (a shard whose primary is gone gets its
+    /// probes only, and the rest do not queue for a slot), with a slot, by the deadline.
+    async fn admitted_record(
+        &self,
+        app: &AppConfig,
+        shard: u16,
+        keys: &ShardKeys,
+        new: &NewDelivery<'_>,
+        deadline: Instant,
+    ) -> Result<Recorded, Answer> {
+        let kind = RequestKind::from(new.kind);
+        if self.shard_gate.refuses(&app.name, shard) {
+            return Err(self.shed(app, Shed::Stalled, kind));
+        }
+        let slot = self.admission.admit(deadline).await.map_err(|shed| self.shed(app, shed, kind))?;
+        let Some(lane) = self.shard_gate.enter(&app.name, shard) else {
             slot.unsampled();
-            return self.shed(app, Shed::Stalled, kind);
+            return Err(self.shed(app, Shed::Stalled, kind));
         };
         self.shared.metrics.overload.admitted.with_label_values(&[&app.name]).inc();
-        let recorded = self.store_record(app, &keys, &new, deadline).await;
+        let recorded = self.store_record(app, keys, new, deadline).await;
         match &recorded {
-            Ok(_) => {
-                lane.recorded();
-                drop(slot);
-            }
+            Ok(_) => lane.recorded(),
             // One dead primary's timeouts say nothing of how fast the store records, so the
             // limit does not learn from them; the whole store failing still teaches it.
             Err(_) if lane.failed_alone() => slot.unsampled(),
             Err(_) => drop(slot),
         }
-        let recorded = match recorded {
-            Ok(r) => r,
-            Err(refusal) => return refusal,
-        };
-        self.recorded(app, recorded, Placed { plan, keys, received_ms, deadline }, v, audit).await
+        recorded
     }
 
     /// A deletion or an edit, for the egress: in the background (the ack does not wait), and
