@@ -10,27 +10,13 @@
 set -euo pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); SECS=${3:-8}; ROUNDS=${4:-3}; RATE=${AB_RATE:-1000}
 cd "$(dirname "$0")/.."
-command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
+. bench/lib.sh
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null; rm -rf "$WORK"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 REDIS_PORT=$(port); NGINX_PORT=$(port)
 export BENCH_SECRET=bench-secret
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --save "" >"$WORK/redis.log" 2>&1 &
-cat >"$WORK/nginx.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK;
-  server { listen 127.0.0.1:$NGINX_PORT; keepalive_requests 1000000; location / { return 200; } }
-}
-NGINX
-nginx -c "$WORK/nginx.conf" &
+nginx_bot "$WORK" "$NGINX_PORT"
 sleep 0.5
 run_one() { # binary label round → prints "closed_ok_s open_p99_ms open_ok_s"
   local gw=$1 name="$2$3" listen admin pid

@@ -9,31 +9,18 @@
 #   bench/cost.sh [BINARY] [SECONDS] [perf]        defaults target/release/slackgate and 8
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 GWBIN=$(realpath "${1:-target/release/slackgate}"); SECS=${2:-8}
 [ -x "$GWBIN" ] || cargo build --release --locked --bin slackgate 2>&1 | tail -1
-command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
 SIM=$GWBIN
 [ -x target/release/slackgate ] && SIM=$(realpath target/release/slackgate)
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$W/nginx.pid" ] && kill "$(cat "$W/nginx.pid")" 2>/dev/null; rm -rf "$W"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 RP=$(port); NP=$(port); GP=$(port); AP=$(port)
 export BENCH_SECRET=bench-secret
 redis-server --port "$RP" --bind 127.0.0.1 --dir "$W" --appendonly ${AOF:-yes} --save "" >"$W/redis.log" 2>&1 &
 REDIS_PID=$!
-cat >"$W/nginx.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $W/nginx.pid;
-error_log $W/nginx.err;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $W;
-  server { listen 127.0.0.1:$NP; keepalive_requests 1000000; location / { return 200; } }
-}
-NGINX
-nginx -c "$W/nginx.conf" &
+nginx_bot "$W" "$NP"
 cat >"$W/gw.toml" <<TOML
 [server]
 listen = "127.0.0.1:$GP"

@@ -11,14 +11,13 @@
 #   bench/scale.sh [SECONDS_PER_PHASE] [OPEN_RATE]      defaults 8 and 2000
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SECS=${1:-8}; RATE=${2:-2000}
 scripts/deps
-command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; }
 cargo build --release --locked --bin slackgate 2>&1 | tail -1
 GW=$(realpath target/release/slackgate)
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; [ -f "$W/nginx.pid" ] && kill "$(cat "$W/nginx.pid")" 2>/dev/null; rm -rf "$W"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # A port whose cluster bus port (+10000) is free too, both below the ephemeral range.
 bus_port() { python3 -c '
 import random, socket
@@ -31,15 +30,7 @@ while True:
         pass'; }
 export BENCH_SECRET=bench-secret
 NP=$(port)
-cat >"$W/nginx.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $W/nginx.pid;
-error_log $W/nginx.err;
-events { worker_connections 4096; }
-http { access_log off; client_body_temp_path $W; server { listen 127.0.0.1:$NP; keepalive_requests 1000000; location / { return 200; } } }
-NGINX
-nginx -c "$W/nginx.conf" &
+nginx_bot "$W" "$NP"
 redis() { # port dir [args...]
   local p=$1 d=$2; shift 2; mkdir -p "$d"
   redis-server --port "$p" --bind 127.0.0.1 --dir "$d" --appendonly yes --save "" "$@" >"$d/log" 2>&1 &
