@@ -26,6 +26,7 @@ pub struct ServerSection {
     pub listen: Option<String>,
     pub admin_listen: Option<String>,
     pub max_body: Option<SizeValue>,
+    pub unverified_budget: Option<SizeValue>,
     pub ack_budget: Option<String>,
     pub threads: Option<usize>,
     pub shutdown_grace: Option<String>,

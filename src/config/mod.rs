@@ -64,6 +64,9 @@ pub struct ServerConfig {
     pub admin_listen: Option<String>,
     /// Larger bodies get 413 (Slack's own payloads stay far below 1 MiB).
     pub max_body: usize,
+    /// The bytes of bodies whose signature is not yet checked, buffered across all
+    /// connections at once; a request beyond it gets 503 at once (the gateway is busy).
+    pub unverified_budget: usize,
     /// How long the ingress may wait for Redis before it answers 503 instead of 200.
     pub ack_budget: Duration,
     /// Worker threads of the Slack-facing service.

@@ -17,13 +17,13 @@ impl Validator<'_> {
         let listen = ov.listen.clone().or_else(|| s.listen.clone()).unwrap_or_else(|| "0.0.0.0:3000".into());
         check_addr(&listen).map_err(|m| self.err("server.listen", m))?;
         let admin_listen = self.admin_listen(raw, ov, &listen)?;
-        let max_body = match &s.max_body {
-            None => 1 << 20,
-            Some(SizeValue::Bytes(n)) => usize::try_from(*n).map_err(|_| self.err("server.max_body", "too large"))?,
-            Some(SizeValue::Text(t)) => parse_size(t).map_err(|m| self.err("server.max_body", m))?,
-        };
+        let max_body = self.size("server.max_body", &s.max_body, 1 << 20)?;
         if !(1024..=(64 << 20)).contains(&max_body) {
             return Err(self.err("server.max_body", "must be between 1KiB and 64MiB"));
+        }
+        let unverified_budget = self.size("server.unverified_budget", &s.unverified_budget, 64 << 20)?;
+        if unverified_budget < max_body || unverified_budget > (4 << 30) {
+            return Err(self.err("server.unverified_budget", "must be at least server.max_body and at most 4GiB"));
         }
         let ack_budget = self.duration("server.ack_budget", &s.ack_budget, Duration::from_secs(2))?;
         if ack_budget.is_zero() || ack_budget > Duration::from_millis(2_900) {
@@ -54,6 +54,7 @@ impl Validator<'_> {
             listen,
             admin_listen,
             max_body,
+            unverified_budget,
             ack_budget,
             threads,
             shutdown_grace,
@@ -63,6 +64,15 @@ impl Validator<'_> {
             limits: self.limits(raw)?,
             admission: self.admission(raw, ack_budget)?,
         })
+    }
+
+    /// A size: bytes as a number, or text such as `"1MiB"`.
+    fn size(&self, key: &str, value: &Option<SizeValue>, default: usize) -> Result<usize, ConfigError> {
+        match value {
+            None => Ok(default),
+            Some(SizeValue::Bytes(n)) => usize::try_from(*n).map_err(|_| self.err(key, "too large")),
+            Some(SizeValue::Text(t)) => parse_size(t).map_err(|m| self.err(key, m)),
+        }
     }
 
     fn admin_listen(&self, raw: &FileConfig, ov: &Overrides, listen: &str) -> Result<Option<String>, ConfigError> {

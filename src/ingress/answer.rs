@@ -8,6 +8,7 @@ use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
+use super::budget::Held;
 use crate::slack::Kind;
 
 /// What a Slack-facing request was, as the `kind` label.
@@ -161,9 +162,18 @@ pub fn single_header<'a>(session: &'a Session, name: &str) -> Option<&'a [u8]> {
     }
 }
 
-/// Read the whole body, refusing more than `max` bytes with 413.
-pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Answer> {
-    let too_large = || Answer::refuse(413, Outcome::TooLarge, "payload too large\n");
+/// Why a body was not read whole.
+pub enum BodyError {
+    /// Refused: too large (413) or unreadable (400).
+    Refused(Answer),
+    /// The budget of unverified bytes has no room for it: the gateway is busy.
+    Busy,
+}
+
+/// Read the whole body, refusing more than `max` bytes with 413, its bytes taken from `held`
+/// as they arrive (the declared length up front).
+pub async fn read_body(session: &mut Session, max: usize, held: &mut Held) -> Result<Bytes, BodyError> {
+    let too_large = || BodyError::Refused(Answer::refuse(413, Outcome::TooLarge, "payload too large\n"));
     let declared = session
         .req_header()
         .headers
@@ -172,6 +182,9 @@ pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Answe
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());
+    }
+    if !held.grow_to(declared.unwrap_or(0) as usize) {
+        return Err(BodyError::Busy);
     }
     // Memory grows with the bytes that arrive, never with what Content-Length claims; a body
     // that came in one chunk (the common case) is kept as it is, without a copy.
@@ -184,11 +197,14 @@ pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Answe
                 if total > max {
                     return Err(too_large());
                 }
+                if !held.grow_to(total) {
+                    return Err(BodyError::Busy);
+                }
                 chunks.push(chunk);
             }
             Ok(None) if chunks.len() <= 1 => return Ok(chunks.pop().unwrap_or_default()),
             Ok(None) => return Ok(chunks.concat().into()),
-            Err(_) => return Err(Answer::refuse(400, Outcome::BadRequest, "cannot read body\n")),
+            Err(_) => return Err(BodyError::Refused(Answer::refuse(400, Outcome::BadRequest, "cannot read body\n"))),
         }
     }
 }

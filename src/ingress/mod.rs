@@ -5,6 +5,7 @@
 //! - `admission`: how many records may be pending at once (adaptive); the excess gets 503.
 //! - `shard_gate`: a shard that records nothing (its primary gone) cannot take every slot.
 //! - `answer`: what the gateway answers and how it is counted.
+//! - `budget`: the bytes of unverified bodies, bounded across all connections.
 //! - `slack_route`: the decision for one Slack request (verify, classify, record, inline).
 //! - [`plan`]: what recording a verified delivery will do, decided without the store.
 //! - `inline`: the inline attempt for commands and interactions.
@@ -16,6 +17,7 @@
 
 mod admission;
 mod answer;
+mod budget;
 mod conn;
 mod inline;
 mod passthrough;
@@ -66,6 +68,8 @@ pub struct Ingress {
     admission: Arc<Admission>,
     /// Records for a shard that records nothing are held to a few (its primary is gone).
     shard_gate: Arc<ShardGate>,
+    /// The bytes of bodies not yet verified, across all connections.
+    unverified: Arc<budget::Budget>,
 }
 
 /// Per-request state, from Pingora's `new_ctx` to its `logging`.
@@ -117,6 +121,7 @@ impl Ingress {
         // A lane busy for half the budget without one record is a dead or frozen primary.
         let shard_gate = ShardGate::new(config.server.ack_budget / 2);
         Ingress {
+            unverified: budget::Budget::new(config.server.unverified_budget),
             admission,
             shard_gate,
             attribution,

@@ -13,7 +13,8 @@ use tracing::warn;
 use tokio::time::Instant;
 
 use super::admission::Shed;
-use super::answer::{read_body, single_header, Answer, Outcome, RequestKind};
+use super::answer::{read_body, single_header, Answer, BodyError, Outcome, RequestKind};
+use super::budget::Held;
 use super::{inline, plan, Audit, Ingress};
 use crate::clock::{now_ms, now_secs};
 use crate::config::AppConfig;
@@ -91,7 +92,8 @@ impl Ingress {
     }
 
     /// The body, once the method, the signature headers (before the body is read), the body's
-    /// size and deadline, and the signature over it are all right; else the refusal.
+    /// size and deadline, and the signature over it are all right; else the answer instead
+    /// (a refusal, or 200 for Slack's unsigned `ssl_check`).
     async fn verified_body(
         &self,
         session: &mut Session,
@@ -102,13 +104,12 @@ impl Ingress {
             return Err(Answer::refuse(405, Outcome::BadMethod, "method not allowed\n"));
         }
         let now = now_secs();
-        let unauthorized = |e: slack::VerifyError, audit: &mut Audit| {
-            audit.reason = e.to_string();
-            Answer::refuse(401, Outcome::Unauthorized, "invalid signature\n")
-        };
-        // Unsigned, stale or malformed: refused before a byte of the body is buffered.
+        // Unsigned, stale or malformed: refused before a byte of the body is buffered (but
+        // for the few bytes of an unsigned `ssl_check`).
         let (ts, sig) = signature_headers(session);
-        slack::precheck(ts, sig, now).map_err(|e| unauthorized(e, audit))?;
+        if let Err(e) = slack::precheck(ts, sig, now) {
+            return Err(self.unsigned(session, e, audit).await);
+        }
         let server = &self.config.server;
         if !self.admission.has_room() {
             // Overloaded: answered before the body is verified or parsed. The body is read and
@@ -119,14 +120,56 @@ impl Ingress {
             }
             return Err(self.shed(app, Shed::Full, RequestKind::Unknown));
         }
-        let body = match tokio::time::timeout(server.limits.body_timeout, read_body(session, server.max_body)).await {
-            Ok(read) => read?,
-            Err(_) => return Err(Answer::refuse(408, Outcome::BodyTimeout, "request body too slow\n")),
-        };
+        // The body's bytes count against the budget of unverified bytes until it is checked.
+        let mut held = self.unverified.hold();
+        let body = self.read_within(session, server.max_body, &mut held, app).await?;
         let (ts, sig) = signature_headers(session);
-        slack::verify(&app.secrets, ts, sig, &body, now).map_err(|e| unauthorized(e, audit))?;
+        slack::verify(&app.secrets, ts, sig, &body, now).map_err(|e| {
+            audit.reason = e.to_string();
+            Answer::refuse(401, Outcome::Unauthorized, "invalid signature\n")
+        })?;
         let content_type = single_header(session, "content-type").unwrap_or_default().to_vec();
         Ok((content_type, body))
+    }
+
+    /// The body under `max`, `body_timeout` and the budget of unverified bytes.
+    async fn read_within(
+        &self,
+        session: &mut Session,
+        max: usize,
+        held: &mut Held,
+        app: &AppConfig,
+    ) -> Result<Bytes, Answer> {
+        let limits = &self.config.server.limits;
+        match tokio::time::timeout(limits.body_timeout, read_body(session, max, held)).await {
+            Ok(Ok(body)) => Ok(body),
+            Ok(Err(BodyError::Refused(refusal))) => Err(refusal),
+            Ok(Err(BodyError::Busy)) => {
+                session.set_keepalive(None);
+                Err(self.shed(app, Shed::Unverified, RequestKind::Unknown))
+            }
+            Err(_) => Err(Answer::refuse(408, Outcome::BodyTimeout, "request body too slow\n")),
+        }
+    }
+
+    /// A request that failed the checks before the body: 401, unless it carries no signature
+    /// headers at all and its body is exactly Slack's `ssl_check` (sent unsigned when a
+    /// command's URL is saved), read only up to a few bytes.
+    async fn unsigned(&self, session: &mut Session, e: slack::VerifyError, audit: &mut Audit) -> Answer {
+        let headers = &session.req_header().headers;
+        let unsigned = !headers.contains_key("x-slack-signature") && !headers.contains_key("x-slack-request-timestamp");
+        let form = single_header(session, "content-type").is_some_and(slack::is_form);
+        if unsigned && form {
+            let mut held = self.unverified.hold();
+            let timeout = self.config.server.limits.body_timeout;
+            let read = tokio::time::timeout(timeout, read_body(session, slack::SSL_CHECK_MAX, &mut held)).await;
+            if matches!(read, Ok(Ok(b)) if slack::is_unsigned_ssl_check(&b)) {
+                audit.reason = "unsigned ssl_check".into();
+                return Answer::empty(200, RequestKind::SslCheck, Outcome::Answered);
+            }
+        }
+        audit.reason = e.to_string();
+        Answer::refuse(401, Outcome::Unauthorized, "invalid signature\n")
     }
 
     /// Count and audit Slack's own redelivery headers.

@@ -6,10 +6,12 @@ pub mod classify;
 pub mod filter;
 pub mod reply;
 pub mod retry;
+pub mod ssl_check;
 pub mod verify;
 
 pub use classify::{classify, ClassifyError, Delivery, Kind, Message, Request};
 pub use filter::{deleted_message_key, ignore_reason, message_key, IgnoreReason, Rules};
 pub use reply::{check_response_url, late_reply, replies_late, RefusedUrl, ReplyOutcome};
 pub use retry::{retry_num, RetryReason};
+pub use ssl_check::{is_form, is_unsigned_ssl_check, SSL_CHECK_MAX};
 pub use verify::{precheck, sign, verify, VerifyError};

@@ -21,3 +21,4 @@ mod redis_locked;
 mod sentinel;
 mod sim;
 mod store_outage;
+mod unsigned;

@@ -71,16 +71,20 @@ pub enum Shed {
     Waited,
     /// Its shard records nothing and has its probes out (see `shard_gate`).
     Stalled,
+    /// The bytes of unverified bodies across all connections are at their bound (see
+    /// `budget`): the body is not too large, the gateway is busy.
+    Unverified,
 }
 
 impl Shed {
-    pub const ALL: [Shed; 3] = [Shed::Full, Shed::Waited, Shed::Stalled];
+    pub const ALL: [Shed; 4] = [Shed::Full, Shed::Waited, Shed::Stalled, Shed::Unverified];
 
     pub fn as_label(self) -> &'static str {
         match self {
             Shed::Full => "full",
             Shed::Waited => "waited",
             Shed::Stalled => "stalled_shard",
+            Shed::Unverified => "unverified_budget",
         }
     }
 }

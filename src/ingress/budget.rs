@@ -1,0 +1,91 @@
+//! The bytes of unverified bodies, bounded across all connections. Until its signature is
+//! checked a body is anybody's: without a shared bound, every open connection could hold
+//! `max_body` (4,096 × 1 MiB with the defaults). A body takes its bytes from the budget as
+//! they arrive (its declared length up front, when it has one) and gives them back once it
+//! is verified or refused; a request that finds the budget spent is answered 503 at once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+pub struct Budget {
+    max: usize,
+    used: AtomicUsize,
+}
+
+impl Budget {
+    pub fn new(max: usize) -> Arc<Budget> {
+        Arc::new(Budget { max, used: AtomicUsize::new(0) })
+    }
+
+    /// A hold of nothing yet, to grow as a body arrives.
+    pub fn hold(self: &Arc<Self>) -> Held {
+        Held { budget: self.clone(), bytes: 0 }
+    }
+
+    /// Bytes held now, across all connections.
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|total| *total <= self.max)
+            })
+            .is_ok()
+    }
+}
+
+/// Bytes one body holds; given back when dropped.
+pub struct Held {
+    budget: Arc<Budget>,
+    bytes: usize,
+}
+
+impl Held {
+    /// Make the hold at least `total` bytes; `false` (holding what it held) when the budget
+    /// has no room for them.
+    pub fn grow_to(&mut self, total: usize) -> bool {
+        let more = total.saturating_sub(self.bytes);
+        if more == 0 {
+            return true;
+        }
+        if !self.budget.take(more) {
+            return false;
+        }
+        self.bytes = total;
+        true
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_grow_within_the_budget_and_give_back_when_dropped() {
+        let b = Budget::new(100);
+        let mut first = b.hold();
+        assert!(first.grow_to(60));
+        assert!(first.grow_to(40), "shrinking asks for nothing");
+        let mut second = b.hold();
+        assert!(!second.grow_to(41), "60 + 41 > 100");
+        assert!(second.grow_to(40));
+        assert_eq!(b.used(), 100);
+        assert!(!first.grow_to(61));
+        drop(first);
+        assert_eq!(b.used(), 40);
+        assert!(second.grow_to(100));
+        drop(second);
+        assert_eq!(b.used(), 0);
+        assert!(!b.hold().grow_to(usize::MAX), "no overflow");
+        assert_eq!(b.used(), 0);
+    }
+}
