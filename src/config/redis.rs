@@ -5,11 +5,16 @@
 use std::time::Duration;
 
 use super::file::{FileConfig, RedisSection};
+use super::values::literal_url_password;
 use super::{
     interpolate, ConfigError, Durability, Overrides, RedisAuth, RedisConfig, RedisTarget, RedisTls, Secret, Validator,
 };
 
 const SCHEMES: [&str; 4] = ["redis://", "rediss://", "redis+unix://", "unix://"];
+
+/// Passwords never live in the TOML, in a URL no more than in `password`.
+const LITERAL_PASSWORD: &str = "carries a literal password: write it as \"${VAR}\" (e.g. \
+     redis://user:${REDIS_PASSWORD}@host/), or use redis.password / password_file";
 
 impl Validator<'_> {
     pub(super) fn redis(
@@ -58,7 +63,7 @@ impl Validator<'_> {
             return Ok(RedisTarget::Sentinel { sentinels, master_name });
         }
         match &r.url {
-            Some(u) => self.url_target(u),
+            Some(u) => self.file_url_target(u),
             None => Ok(RedisTarget::Embedded),
         }
     }
@@ -72,13 +77,25 @@ impl Validator<'_> {
         }
     }
 
+    /// A URL as the TOML writes it: its password, if any, must come from the environment.
+    fn file_url_target(&self, raw: &str) -> Result<RedisTarget, ConfigError> {
+        if literal_url_password(raw) {
+            return Err(self.err("redis.url", LITERAL_PASSWORD));
+        }
+        self.url_target(raw)
+    }
+
     fn node_urls(&self, key: &str, nodes: &[String]) -> Result<Vec<String>, ConfigError> {
         if nodes.is_empty() {
             return Err(self.err(key, "must list at least one node"));
         }
         let urls = nodes
             .iter()
-            .map(|n| {
+            .enumerate()
+            .map(|(i, n)| {
+                if literal_url_password(n) {
+                    return Err(self.err(&format!("{key}[{i}]"), LITERAL_PASSWORD));
+                }
                 let u = interpolate(n).map_err(|m| self.err(key, m))?;
                 if u.starts_with("redis://") || u.starts_with("rediss://") {
                     Ok(u)

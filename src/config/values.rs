@@ -48,6 +48,24 @@ pub fn interpolate(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// Whether a Redis URL as written in the TOML carries a password of its own: a userinfo
+/// password (`redis://user:pw@host`) or a `pass`/`password` query field (unix URLs) that is
+/// anything but a whole `${VAR}`.
+pub(super) fn literal_url_password(url: &str) -> bool {
+    let from_env = |p: &str| {
+        let name = p.strip_prefix("${").and_then(|rest| rest.strip_suffix('}'));
+        p.is_empty() || name.is_some_and(|n| !n.is_empty() && !n.contains(['{', '}', '$']))
+    };
+    let Some((_, rest)) = url.split_once("://") else { return false };
+    let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let authority = before_query.split('/').next().unwrap_or_default();
+    let userinfo_pw = authority.rsplit_once('@').and_then(|(info, _)| info.split_once(':')).map(|(_, pw)| pw);
+    if userinfo_pw.is_some_and(|pw| !from_env(pw)) {
+        return true;
+    }
+    query.split('&').filter_map(|kv| kv.split_once('=')).any(|(k, v)| matches!(k, "pass" | "password") && !from_env(v))
+}
+
 pub(super) fn check_addr(addr: &str) -> Result<(), String> {
     addr.parse::<std::net::SocketAddr>().map(|_| ()).map_err(|_| format!("`{addr}` is not an ip:port address"))
 }

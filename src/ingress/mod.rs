@@ -235,6 +235,13 @@ impl ProxyHttp for Ingress {
         passthrough::rewrite(req, &app.upstream, client)
     }
 
+    /// What Pingora's own error lines (`Fail to proxy: …`) say of the request: the method and
+    /// the path, never the query — a passthrough's query is an OAuth `code` and `state`.
+    fn request_summary(&self, session: &Session, _ctx: &Ctx) -> String {
+        let head = session.req_header();
+        format!("{} {}", head.method, head.uri.path())
+    }
+
     async fn logging(&self, session: &mut Session, error: Option<&pingora::Error>, ctx: &mut Ctx) {
         if let Some(answered) = ctx.answered {
             return self.account(ctx, answered);

@@ -155,7 +155,7 @@ fn redis_targets() {
     let a = app("a", "SG_CFG_REDIS_TARGETS", "");
     for url in [
         "redis://127.0.0.1:6379/",
-        "rediss://u:p@r.internal:6380/0",
+        "rediss://u@r.internal:6380/0",
         "unix:///tmp/redis.sock",
         "redis+unix:///tmp/r.sock",
     ] {

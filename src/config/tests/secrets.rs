@@ -167,3 +167,35 @@ fn redis_tls_files_and_sentinel_logins() {
         "redis.sentinel_password"
     );
 }
+
+#[test]
+fn a_literal_password_in_a_redis_url_is_refused_with_the_key_named() {
+    set_env("SG_CFG_URL_PW", "from-the-env");
+    let a = app("a", "SG_CFG_URL_PW_SECRET", "");
+    let load_redis = |redis: &str| load(&format!("[redis]\n{redis}\n{a}"));
+    for (redis, key) in [
+        ("url = \"redis://:hunter2@10.0.0.1:6379/\"", "redis.url"),
+        ("url = \"rediss://gw:hunter2@10.0.0.1:6380/\"", "redis.url"),
+        ("url = \"redis://gw:pre${SG_CFG_URL_PW}@10.0.0.1/\"", "redis.url"),
+        ("url = \"unix:///run/redis.sock?pass=hunter2\"", "redis.url"),
+        ("cluster = [\"redis://10.0.0.1:7000\", \"redis://:hunter2@10.0.0.2:7000\"]", "redis.cluster[1]"),
+        ("sentinel = [\"redis://:hunter2@10.0.0.5:26379\"]\nmaster_name = \"m\"", "redis.sentinel[0]"),
+    ] {
+        let err = load_redis(redis).unwrap_err();
+        assert_err(&err, key);
+        assert!(!err.to_string().contains("hunter2"), "the password is not echoed: {err}");
+    }
+    for redis in [
+        "url = \"redis://:${SG_CFG_URL_PW}@10.0.0.1:6379/\"",
+        "url = \"rediss://gw:${SG_CFG_URL_PW}@10.0.0.1:6380/0\"",
+        "url = \"redis://gw@10.0.0.1/\"",
+        "url = \"unix:///run/redis.sock?db=1&pass=${SG_CFG_URL_PW}\"",
+        "cluster = [\"redis://:${SG_CFG_URL_PW}@10.0.0.1:7000\"]",
+    ] {
+        load_redis(redis).unwrap_or_else(|e| panic!("{redis}: {e}"));
+    }
+    // The environment and the flag are not the TOML: a URL with its password stays allowed there.
+    let ov = Overrides { redis_url: Some("redis://:literal@10.0.0.1/".into()), ..Overrides::default() };
+    let c = load_with(&format!("[redis]\n{a}"), &ov).unwrap();
+    assert!(matches!(c.redis.target, RedisTarget::Url(_)));
+}
