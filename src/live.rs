@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
-use crate::config::{AppConfig, BoundPorts, Config, ConfigError, Overrides, RouteKind};
+use crate::config::{AppConfig, BoundPorts, Config, ConfigError, Durability, Overrides, RedisConfig, RedisTarget, RouteKind};
 
 /// One generation of the config with its routing table.
 pub struct Snapshot {
@@ -33,7 +33,7 @@ pub enum ReloadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("{0} changed: [server] and [redis] take effect on restart only; nothing was reloaded")]
-    NeedsRestart(&'static str),
+    NeedsRestart(String),
 }
 
 pub struct Live {
@@ -78,18 +78,54 @@ impl Live {
         new.resolve_ports(&self.bound);
         let old = self.get().config.clone();
         if new.server != old.server {
-            return Err(ReloadError::NeedsRestart("[server]"));
+            return Err(ReloadError::NeedsRestart("[server]".into()));
         }
         if new.egress != old.egress {
-            return Err(ReloadError::NeedsRestart("[egress]"));
+            return Err(ReloadError::NeedsRestart("[egress]".into()));
         }
-        let (r, o) = (&new.redis, &old.redis);
-        if (&r.target, &r.key_prefix, r.shards) != (&o.target, &o.key_prefix, o.shards) {
-            return Err(ReloadError::NeedsRestart("[redis]"));
+        let changed = redis_changes(&old.redis, &new.redis);
+        if !changed.is_empty() {
+            return Err(ReloadError::NeedsRestart(format!("[redis] ({})", changed.join(", "))));
         }
         let apps = new.apps.len();
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Snapshot::new(Arc::new(new)));
         self.generation.send_modify(|g| *g += 1);
         Ok(apps)
     }
+}
+
+/// The `[redis]` keys whose values differ: all of the section is read once, at start (its
+/// connections, logins and durability are made then), so any of them needs a restart.
+fn redis_changes(old: &RedisConfig, new: &RedisConfig) -> Vec<&'static str> {
+    let (o, n) = (&old.auth, &new.auth);
+    let replicated = |d: &Durability| match *d {
+        Durability::Local => (false, None, None),
+        Durability::Replicated { replicas, timeout } => (true, Some(replicas), Some(timeout)),
+    };
+    let (od, nd) = (replicated(&old.durability), replicated(&new.durability));
+    let client = |t: &crate::config::RedisTls| t.client.clone().unzip();
+    let ((ocert, okey), (ncert, nkey)) = (client(&o.tls), client(&n.tls));
+    let target = match &new.target {
+        RedisTarget::Cluster(_) => "redis.cluster",
+        RedisTarget::Sentinel { .. } => "redis.sentinel",
+        RedisTarget::Url(_) | RedisTarget::Embedded => "redis.url",
+    };
+    [
+        (old.target != new.target, target),
+        (old.key_prefix != new.key_prefix, "redis.key_prefix"),
+        (old.shards != new.shards, "redis.shards"),
+        (od.0 != nd.0, "redis.durability"),
+        (od.1 != nd.1, "redis.wait_replicas"),
+        (od.2 != nd.2, "redis.wait_timeout"),
+        (o.username != n.username, "redis.username"),
+        (o.password != n.password, "redis.password"),
+        (o.sentinel_username != n.sentinel_username, "redis.sentinel_username"),
+        (o.sentinel_password != n.sentinel_password, "redis.sentinel_password"),
+        (o.tls.ca != n.tls.ca, "redis.tls_ca_file"),
+        (ocert != ncert, "redis.tls_cert_file"),
+        (okey != nkey, "redis.tls_key_file"),
+    ]
+    .into_iter()
+    .filter_map(|(changed, key)| changed.then_some(key))
+    .collect()
 }

@@ -114,3 +114,28 @@ async fn reload_adds_an_app_without_dropping_a_request_and_refuses_a_bad_file() 
     assert_eq!(send(gw.port, Req::signed("/second/events", event("EvSecond2"), "the-other-apps-secret")).await.0, 200);
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvStill"), SECRET)).await.0, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_redis_is_refused_whole_with_the_keys_named() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let other = Receiver::start("the-other-apps-secret").await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("reloadredis"), &bot.url());
+    let gw = Gateway::start(&cfg).await;
+    // A second app and `replicated` acks (this Redis has no replica, so they would be 503s):
+    // half of that taking effect would be the silent half-reload.
+    cfg.redis = "durability = \"replicated\"\nwait_replicas = 1\n".into();
+    cfg.tail = format!(
+        "[[app]]\nname = \"second\"\nsigning_secret = \"${{SG_OTHER_SECRET}}\"\nupstream = \"{}\"\nevents_path = \"/second/events\"\ncommands_path = \"/second/events\"\ninteractivity_path = \"/second/events\"\n",
+        other.url()
+    );
+    gw.rewrite(&cfg);
+    signal(gw.pid(), "HUP");
+    assert!(eventually(Duration::from_secs(5), || gw.log().contains("reload refused")).await, "{}", gw.log());
+    let log = gw.log();
+    assert!(log.contains("redis.durability") && log.contains("redis.wait_replicas"), "keys named: {log}");
+    assert!(!log.contains("config reloaded"), "{log}");
+    let second = Req::signed("/second/events", event("EvSecondRedis"), "the-other-apps-secret");
+    assert_eq!(send(gw.port, second).await.0, 404, "nothing of the file was applied");
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvLocalStill"), SECRET)).await.0, 200, "still local");
+}
