@@ -9,7 +9,9 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
-use crate::config::{AppConfig, BoundPorts, Config, ConfigError, Durability, Overrides, RedisConfig, RedisTarget, RouteKind};
+use crate::config::{
+    AppConfig, BoundPorts, Config, ConfigError, Durability, Overrides, RedisConfig, RedisTarget, RouteKind,
+};
 
 /// One generation of the config with its routing table.
 pub struct Snapshot {

@@ -311,6 +311,9 @@ impl Metrics {
         for (class, outcome) in &labels.egress {
             self.egress.calls.with_label_values(&[class, outcome]);
         }
+        for class in ["read", "write"] {
+            self.egress.slack_seconds.with_label_values(&[class]);
+        }
     }
 
     /// Count one attempt toward the bot: its duration and its answer's class (see

@@ -360,6 +360,10 @@ async fn every_fixed_series_is_exported_at_zero_from_the_start() {
         r#"slackgate_inline_total{app="bot",kind="command",outcome="late"} 0"#,
         r#"slackgate_connections_closed_total{reason="header_timeout"} 0"#,
         r#"slackgate_ack_seconds_count{app="bot"} 0"#,
+        r#"slackgate_shed_total{app="bot",reason="unverified_budget"} 0"#,
+        // The dashboard's egress latency panels, before the first call.
+        r#"slackgate_egress_slack_seconds_count{class="read"} 0"#,
+        r#"slackgate_egress_slack_seconds_count{class="write"} 0"#,
     ];
     let mut m = String::new();
     for _ in 0..50 {
