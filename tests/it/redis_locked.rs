@@ -39,7 +39,11 @@ async fn a_cluster_over_mutual_tls_with_a_login_records_replicates_and_delivers(
     let cluster = RedisCluster::start_secured(3, 1, security.clone());
     let bot = Receiver::start(SECRET).await;
     let mut cfg = GatewayConfig::new("", &prefix("tlscluster"), &bot.url());
-    cfg.redis = format!("{}shards = 6\ndurability = \"replicated\"\nwait_timeout = \"300ms\"", cluster.toml());
+    // A replica's acknowledgement takes one round trip, but on a busy 2-core machine running
+    // the suite a TLS replica can take more than a few hundred ms to answer `WAIT`.
+    cfg.redis = format!("{}shards = 6\ndurability = \"replicated\"\nwait_timeout = \"1500ms\"", cluster.toml());
+    // Replicated acks need every primary's replica confirming: waited for, not hoped for.
+    assert!(cluster.wait_replicas_confirm(1, Duration::from_secs(30)), "the replicas never confirmed");
     let env = security.env();
     let gateways = [Gateway::start_with_env(&cfg, &env).await, Gateway::start_with_env(&cfg, &env).await];
     // One event each first, retried like Slack retries: a debug build's first TLS handshakes
@@ -84,7 +88,7 @@ async fn a_sentinel_set_over_mutual_tls_with_logins_is_followed_through_a_failov
     let mut set = RedisSentinel::start_secured(security.clone());
     let bot = Receiver::start(SECRET).await;
     let mut cfg = GatewayConfig::new("", &prefix("tlssentinel"), &bot.url());
-    cfg.redis = format!("{}durability = \"replicated\"\nwait_timeout = \"300ms\"", set.toml());
+    cfg.redis = format!("{}durability = \"replicated\"\nwait_timeout = \"1500ms\"", set.toml());
     let env = security.env();
     let gw = Gateway::start_with_env(&cfg, &env).await;
     let ids: Vec<String> = (0..20).map(|i| format!("EvTlsSn{i:03}")).collect();

@@ -162,6 +162,23 @@ impl RedisCluster {
         false
     }
 
+    /// Every live primary has `n` replicas that answer its `WAIT` (their link is up and they
+    /// acknowledge), as `durability = "replicated"` needs before its first ack.
+    pub fn wait_replicas_confirm(&self, n: usize, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            let confirmed = self.masters().iter().all(|p| {
+                let Some(mut c) = self.node(*p) else { return false };
+                redis::cmd("WAIT").arg(n).arg(500).query::<usize>(&mut c).is_ok_and(|acked| acked >= n)
+            });
+            if confirmed {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
     fn live_ports(&self) -> Vec<u16> {
         self.ports.iter().zip(&self.nodes).filter(|(_, n)| n.is_some()).map(|(p, _)| *p).collect()
     }
