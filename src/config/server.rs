@@ -23,7 +23,7 @@ impl Validator<'_> {
         }
         let unverified_budget = self.size("server.unverified_budget", &s.unverified_budget, 64 << 20)?;
         if unverified_budget < max_body || unverified_budget > (4 << 30) {
-            return Err(self.err("server.unverified_budget", "must be at least server.max_body and at most 4GiB"));
+            return Err(self.err("server.unverified_budget", "must be at least server.max_body and at most 4096MiB"));
         }
         let ack_budget = self.duration("server.ack_budget", &s.ack_budget, Duration::from_secs(2))?;
         if ack_budget.is_zero() || ack_budget > Duration::from_millis(2_900) {
