@@ -8,12 +8,18 @@
 //! - `store`, `scripts`: the records in Redis.
 
 mod call;
+mod keyed;
+mod lease;
+mod look;
+mod notes;
+mod retry;
 mod scripts;
 mod slack_api;
 mod store;
 mod uncertain;
 mod write;
 
+pub use notes::{is_cursor, NoteList, NotePage};
 pub use store::{EgressStore, Place};
 
 use std::sync::{Arc, OnceLock};
@@ -51,6 +57,8 @@ pub enum Outcome {
     ReplayedRerun,
     /// Another call with the same `Idempotency-Key` is in flight: 409.
     Conflict,
+    /// The `Idempotency-Key` came with another request than its first: 422.
+    KeyReused,
     WithheldDeleted,
     WithheldEdited,
     /// A post whose answer was lost, found in the channel.
@@ -66,12 +74,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::Forwarded,
         Outcome::ReplayedKey,
         Outcome::ReplayedRetry,
         Outcome::ReplayedRerun,
         Outcome::Conflict,
+        Outcome::KeyReused,
         Outcome::WithheldDeleted,
         Outcome::WithheldEdited,
         Outcome::Reconciled,
@@ -88,6 +97,7 @@ impl Outcome {
             Outcome::ReplayedRetry => "replayed_retry",
             Outcome::ReplayedRerun => "replayed_rerun",
             Outcome::Conflict => "conflict",
+            Outcome::KeyReused => "key_reused",
             Outcome::WithheldDeleted => "withheld_deleted",
             Outcome::WithheldEdited => "withheld_edited",
             Outcome::Reconciled => "reconciled",
