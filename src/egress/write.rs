@@ -296,3 +296,44 @@ impl Egress {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(path_and_query: &str, body: &str) -> Call {
+        let (fields, body_token) = call::fields(None, body.as_bytes());
+        Call {
+            method: "chat.postMessage".into(),
+            path_and_query: path_and_query.into(),
+            content_type: None,
+            authorization: None,
+            idempotency_key: None,
+            body: body.to_string().into(),
+            token: call::token(None, body_token),
+            fields,
+        }
+    }
+
+    #[test]
+    fn query_arguments_are_the_writes_too_and_the_body_wins() {
+        let mut c = call("/api/chat.postMessage?channel=CQ&text=from+query&token=xoxb-q", "");
+        with_query_args(&mut c);
+        assert_eq!((c.fields.channel.as_deref(), c.fields.text.as_deref()), (Some("CQ"), Some("from query")));
+        assert_eq!(c.token.unwrap().expose(), b"xoxb-q");
+        let mut c = call("/api/chat.postMessage?channel=CQ&thread_ts=1.5", "channel=CB&text=t&token=xoxb-b");
+        with_query_args(&mut c);
+        assert_eq!((c.fields.channel.as_deref(), c.fields.thread_ts.as_deref()), (Some("CB"), Some("1.5")));
+        assert_eq!(c.token.unwrap().expose(), b"xoxb-b");
+    }
+
+    #[test]
+    fn every_argument_counts_in_the_digest_wherever_it_was_sent() {
+        let d = |pq: &str, body: &str| request_digest(&call(pq, body));
+        let (a, b) = (d("/api/m?text=one", ""), d("/api/m?text=two", ""));
+        assert_ne!(a, b, "the query counts");
+        assert_ne!(d("/api/m?a", "b"), d("/api/m?ab", ""), "nothing moves between query and body unseen");
+        assert_eq!(d("/api/m", "x=1"), d("/api/m?", "x=1"), "an empty query is no query");
+        assert_ne!(d("/api/m", "x=1"), d("/api/m", "x=2"));
+    }
+}

@@ -26,8 +26,9 @@ async fn a_look_that_could_not_finish_is_unknown_not_posted_again() {
     s.slack.push_look(Look::RateLimited(1));
     let a = call(s.gw.egress_port, "chat.postMessage", "channel=C1&text=never+landed", &[]).await;
     assert!(a.status == 200 && a.ok(), "{} {}", a.status, a.body);
+    // Two looks, or three when the second woke a hair before the window's end.
     let looks = s.slack.calls_of("conversations.history");
-    assert_eq!(looks.len(), 2, "{looks:?}");
+    assert!((2..=3).contains(&looks.len()), "{looks:?}");
     assert!(looks[1].at.duration_since(looks[0].at) >= Duration::from_secs(1), "Retry-After honoured");
     assert_eq!(s.slack.posts().len(), 1);
 }
