@@ -3,9 +3,11 @@
 //! happen once, are paced, and are withheld when their source is gone (see `write`).
 //!
 //! - `call`: one call as the bot sent it, and the fields of a write.
-//! - `write`: the write path — idempotency, retries, attribution, re-runs, pacing, reconciling.
-//! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`, history).
-//! - `store`, `scripts`: the records in Redis.
+//! - `write`: the write path — attribution, re-runs, pacing, Slack's 429s; `keyed`
+//!   (`Idempotency-Key`) and `retry` (a client's own retry) in front of it, their in-flight
+//!   claims kept as leases (`lease`); `uncertain` (and `look`) for an answer lost on the way.
+//! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`).
+//! - `store`, `scripts`, `notes`: the records in Redis; the withheld and unknown notes.
 
 mod call;
 mod keyed;

@@ -84,7 +84,13 @@ impl EgressStore {
         let from = cursor.filter(|c| is_cursor(c)).map_or("+".to_string(), |c| format!("({c}"));
         let oldest = now_ms.saturating_sub(DAY_MS).to_string();
         let mut conn = self.conn.clone();
+        // Trimmed by age here too, so that the total of a quiet list is a day's.
         let (entries, total): (Vec<Entry>, u64) = redis::pipe()
+            .cmd("XTRIM")
+            .arg(&k)
+            .arg("MINID")
+            .arg(&oldest)
+            .ignore()
             .cmd("XREVRANGE")
             .arg(&k)
             .arg(&from)
