@@ -5,9 +5,10 @@
 //! a result that will never come or posting a second time.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pingora::protocols::http::ServerSession;
+use tokio::time::Instant;
 use tracing::warn;
 
 use super::lease::{nonce, Lease};
@@ -45,6 +46,7 @@ async fn client_gone(session: &mut ServerSession) {
 }
 
 /// What an identical call in flight turned out to be.
+#[derive(Debug, PartialEq, Eq)]
 enum Twin {
     /// Still deciding: poll again.
     Unsure,
@@ -196,5 +198,29 @@ impl Egress {
 impl Tracked {
     async fn set(&self, update: FpUpdate<'_>) -> Result<(), crate::outbox::StoreError> {
         self.store.fp_set(&self.record, &self.nonce, update).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::advance;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_twin_is_alive_once_its_lease_is_seen_renewed_and_never_waited_for_long() {
+        let mut live = BusyWatch::new();
+        assert_eq!(live.saw(3), Twin::Unsure);
+        advance(Duration::from_millis(100)).await;
+        assert_eq!(live.saw(4), Twin::Unsure, "within the grace its client may still be going");
+        advance(BUSY_GRACE).await;
+        assert_eq!(live.saw(4), Twin::Alive, "renewed, past the grace");
+        // A dead call's beats never move; its lease lapses first (fp_begin says unsettled), and
+        // in any case the watch ends one renewal after a lease.
+        let mut dead = BusyWatch::new();
+        assert_eq!(dead.saw(7), Twin::Unsure);
+        advance(LEASE).await;
+        assert_eq!(dead.saw(7), Twin::Unsure);
+        advance(LEASE_RENEW_EVERY).await;
+        assert_eq!(dead.saw(7), Twin::Alive);
     }
 }

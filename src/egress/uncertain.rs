@@ -88,6 +88,8 @@ impl Egress {
     /// An earlier call of this write (sent at `sent_ms`) never settled: its outcome was
     /// unknown, or its call died holding the claim.
     pub(super) async fn unsettled(&self, w: &Write, sent_ms: u64) -> Unsettled {
+        // A send time from the record is never in the future (it would hold the looks).
+        let sent_ms = sent_ms.min(now_ms());
         match recovery(&w.call.method) {
             Recovery::Unknown => Unsettled::Answer(self.unknown(w, "slackgate_uncertain").await),
             Recovery::SendAgain => Unsettled::SendAgain,
