@@ -87,7 +87,9 @@ impl Egress {
         };
         let fp = Tracked { store: store.clone(), record: store.fp_key(th, &w.call.method, &w.digest), nonce: nonce() };
         let c = self.cfg();
-        let deadline = Instant::now() + c.timeout * 2 + c.evidence_window + c.max_wait;
+        // The longest the earlier call can run: held (max_wait), sent, looked for (at most
+        // twice the evidence window) and sent once more.
+        let deadline = Instant::now() + c.timeout * 2 + c.evidence_window * 2 + c.max_wait;
         let mut busy = BusyWatch::new();
         loop {
             let begun = self.step(&w, fp.store.fp_begin(&fp.record, c.retry_window, &fp.nonce)).await;

@@ -51,6 +51,29 @@ async fn a_retry_of_a_write_whose_call_died_is_reconciled_not_posted_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_whose_first_client_gave_up_before_the_crash_is_not_held() {
+    let mut s = setup("egaveupdied", "timeout = \"2s\"\nevidence_window = \"600ms\"").await;
+    // The first call's client gave up before the crash (its answer is awaited for a retry):
+    // the retry does not wait for a result that will never come, nor post again.
+    let post = "channel=C1&text=given+up+then+crashed";
+    s.slack.push(Behaviour::Late(Duration::from_secs(30)));
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(300), call(s.gw.egress_port, "chat.postMessage", post, &[])).await;
+    assert!(gave_up.is_err());
+    let lost = || {
+        let mut c = s.redis.conn();
+        s.redis.keys("*:f:chat.postMessage:*").iter().filter(|k| !k.ends_with(":lease")).any(|k| {
+            redis::cmd("HGET").arg(k).arg("lost").query::<Option<String>>(&mut c).ok().flatten().as_deref() == Some("1")
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), lost).await, "the first call's answer is awaited for its retry");
+    s.gw.restart().await;
+    let a = call(s.gw.egress_port, "chat.postMessage", post, &[]).await;
+    assert!(a.status == 200 && a.ok(), "{} {}\n{}", a.status, a.body, s.gw.log());
+    assert_eq!(s.slack.posts().iter().filter(|p| p["text"] == "given up then crashed").count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_reused_for_another_request_gets_422() {
     let s = setup("ekeyreused", "").await;
     let port = s.gw.egress_port;
