@@ -13,6 +13,7 @@
 //!
 //! ```text
 //! GET  /stats                      outbox counts GET  /egress            withheld, unknown writes
+//!      (a page of each, newest first: ?limit=N&withheld_cursor=C&unknown_cursor=C, from `…_next`)
 //! GET  /dlq?app=A&limit=N          list          GET  /dlq/A/ID          show
 //! POST /dlq/A/ID/replay            replay one    POST /dlq/A/replay      replay all
 //! POST /dlq/A/ID/purge             purge one     POST /dlq/A/purge       purge all
@@ -82,7 +83,9 @@ impl AdminError {
             AdminError::Refused(Refusal::Method) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NotFound => StatusCode::NOT_FOUND,
             AdminError::Ops(OpsError::UnknownApp(_) | OpsError::NotDead(_)) => StatusCode::NOT_FOUND,
-            AdminError::Ops(OpsError::AppRequired | OpsError::BadId(_)) => StatusCode::BAD_REQUEST,
+            AdminError::Ops(OpsError::AppRequired | OpsError::BadId(_) | OpsError::BadCursor(_)) => {
+                StatusCode::BAD_REQUEST
+            }
             AdminError::Ops(OpsError::Store(_)) | AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -214,7 +217,14 @@ impl Admin {
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         Ok(match parts.as_slice() {
             ["stats"] => json(ops.stats(param("app").as_deref()).await?),
-            ["egress"] => json(ops.egress_notes().await?),
+            ["egress"] => {
+                let q = crate::ops::NotesQuery {
+                    limit: param("limit").and_then(|l| l.parse().ok()),
+                    withheld_cursor: param("withheld_cursor"),
+                    unknown_cursor: param("unknown_cursor"),
+                };
+                json(ops.egress_notes(&q).await?)
+            }
             ["dlq"] => {
                 let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                 json(ops.list(param("app").as_deref(), limit).await?)

@@ -7,7 +7,7 @@ use prometheus::core::Collector;
 use prometheus::{
     exponential_buckets, register_gauge_vec_with_registry, register_histogram_vec_with_registry,
     register_int_counter_vec_with_registry, register_int_gauge_vec_with_registry, register_int_gauge_with_registry,
-    GaugeVec, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry,
+    GaugeVec, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
 };
 
 pub struct Metrics {
@@ -121,12 +121,21 @@ pub struct Egress {
     pub pacing_seconds: prometheus::Histogram,
     /// Slack's latency as the egress saw it, by class (read, write).
     pub slack_seconds: HistogramVec,
+    /// Redis steps of writes skipped because an earlier step of the same call found Redis not
+    /// answering.
+    pub store_skipped: IntCounter,
 }
 
 impl Egress {
     fn new(r: &Registry, buckets: &[f64]) -> Egress {
         Egress {
             calls: counter(r, "egress_calls_total", "Web API calls through the egress", &["class", "outcome"]),
+            store_skipped: prometheus::register_int_counter_with_registry!(
+                "egress_store_skipped_total",
+                "Redis steps of egress writes skipped after an earlier step of the call found Redis not answering",
+                r
+            )
+            .expect("unique metric"),
             pacing_seconds: prometheus::register_histogram_with_registry!(
                 "egress_pacing_seconds",
                 "Time writes waited for their channel's pace",
@@ -225,7 +234,7 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 31] {
+    fn collectors(&self) -> [&dyn Collector; 32] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -258,6 +267,7 @@ impl Metrics {
             &self.egress.calls,
             &self.egress.pacing_seconds,
             &self.egress.slack_seconds,
+            &self.egress.store_skipped,
         ]
     }
 

@@ -19,6 +19,8 @@ pub enum OpsError {
     BadId(String),
     #[error("delivery {0} is not in the dead-letter stream")]
     NotDead(String),
+    #[error("`{0}` is not a cursor of the egress's notes (they look like 1700000000000-0)")]
+    BadCursor(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -30,11 +32,25 @@ pub struct AppStats {
     pub stats: OutboxStats,
 }
 
-/// What the egress kept for a day.
+/// One page of each list the egress keeps for a day (at most 1,000 notes each), newest first.
 #[derive(Debug, Serialize)]
 pub struct EgressNotes {
     pub withheld: Vec<serde_json::Value>,
     pub unknown: Vec<serde_json::Value>,
+    pub withheld_total: u64,
+    pub unknown_total: u64,
+    /// The cursor of the next (older) page of each list, when there is one.
+    pub withheld_next: Option<String>,
+    pub unknown_next: Option<String>,
+}
+
+/// Which page of the egress's notes to read: `limit` per list (100 unless said, at most
+/// 1,000), each list from its cursor (a `…_next` of an earlier page) or from the newest.
+#[derive(Debug, Default)]
+pub struct NotesQuery {
+    pub limit: Option<usize>,
+    pub withheld_cursor: Option<String>,
+    pub unknown_cursor: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -109,12 +125,27 @@ impl Ops {
         self.config.egress.listen.is_some()
     }
 
-    /// The egress's notes of the last day: writes withheld (their source was deleted or
-    /// edited) and writes whose outcome is unknown.
-    pub async fn egress_notes(&self) -> Result<EgressNotes, OpsError> {
+    /// The egress's notes of the last day, a page of each: writes withheld (their source was
+    /// deleted or edited) and writes whose outcome is unknown.
+    pub async fn egress_notes(&self, q: &NotesQuery) -> Result<EgressNotes, OpsError> {
+        use crate::egress::NoteList;
+        for c in [&q.withheld_cursor, &q.unknown_cursor].into_iter().flatten() {
+            if !crate::egress::is_cursor(c) {
+                return Err(OpsError::BadCursor(c.clone()));
+            }
+        }
         let store = crate::egress::EgressStore::new(self.store.connection(), &self.config.redis.key_prefix);
-        let now = now_ms();
-        Ok(EgressNotes { withheld: store.notes("withheld", now).await?, unknown: store.notes("unknown", now).await? })
+        let (now, limit) = (now_ms(), q.limit.unwrap_or(100));
+        let withheld = store.notes(NoteList::Withheld, limit, q.withheld_cursor.as_deref(), now).await?;
+        let unknown = store.notes(NoteList::Unknown, limit, q.unknown_cursor.as_deref(), now).await?;
+        Ok(EgressNotes {
+            withheld: withheld.notes,
+            unknown: unknown.notes,
+            withheld_total: withheld.total,
+            unknown_total: unknown.total,
+            withheld_next: withheld.next,
+            unknown_next: unknown.next,
+        })
     }
 
     pub async fn stats(&self, app: Option<&str>) -> Result<Vec<AppStats>, OpsError> {

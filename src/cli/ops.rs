@@ -118,11 +118,10 @@ pub fn stats(t: &Target) -> anyhow::Result<()> {
             );
         }
         if ops.egress_enabled() {
-            let notes = ops.egress_notes().await?;
+            let notes = ops.egress_notes(&Default::default()).await?;
             println!(
                 "egress, last day: {} withheld, {} unknown (`slackgate egress` lists them)",
-                notes.withheld.len(),
-                notes.unknown.len()
+                notes.withheld_total, notes.unknown_total
             );
         }
         Ok(())
@@ -131,18 +130,18 @@ pub fn stats(t: &Target) -> anyhow::Result<()> {
 
 pub fn egress(t: &Target) -> anyhow::Result<()> {
     runtime()?.block_on(async {
-        let notes = connect(t).await?.egress_notes().await?;
+        let notes = connect(t).await?.egress_notes(&Default::default()).await?;
         if t.json {
             return print_json(&notes);
         }
-        println!("withheld in the last day: {}", notes.withheld.len());
+        println!("withheld in the last day: {} (newest {} below)", notes.withheld_total, notes.withheld.len());
         for n in &notes.withheld {
             println!(
                 "  {} {} in {} (source {}, delivery {})",
                 n["reason"], n["method"], n["channel"], n["source_ts"], n["delivery"]
             );
         }
-        println!("unknown outcome in the last day: {}", notes.unknown.len());
+        println!("unknown outcome in the last day: {} (newest {} below)", notes.unknown_total, notes.unknown.len());
         for n in &notes.unknown {
             println!("  {} in {}", n["method"], n["channel"]);
         }

@@ -3,17 +3,25 @@
 //! happen once, are paced, and are withheld when their source is gone (see `write`).
 //!
 //! - `call`: one call as the bot sent it, and the fields of a write.
-//! - `write`: the write path — idempotency, retries, attribution, re-runs, pacing, reconciling.
-//! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`, history).
-//! - `store`, `scripts`: the records in Redis.
+//! - `write`: the write path — attribution, re-runs, pacing, Slack's 429s; `keyed`
+//!   (`Idempotency-Key`) and `retry` (a client's own retry) in front of it, their in-flight
+//!   claims kept as leases (`lease`); `uncertain` (and `look`) for an answer lost on the way.
+//! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`).
+//! - `store`, `scripts`, `notes`: the records in Redis; the withheld and unknown notes.
 
 mod call;
+mod keyed;
+mod lease;
+mod look;
+mod notes;
+mod retry;
 mod scripts;
 mod slack_api;
 mod store;
 mod uncertain;
 mod write;
 
+pub use notes::{is_cursor, NoteList, NotePage};
 pub use store::{EgressStore, Place};
 
 use std::sync::{Arc, OnceLock};
@@ -51,6 +59,8 @@ pub enum Outcome {
     ReplayedRerun,
     /// Another call with the same `Idempotency-Key` is in flight: 409.
     Conflict,
+    /// The `Idempotency-Key` came with another request than its first: 422.
+    KeyReused,
     WithheldDeleted,
     WithheldEdited,
     /// A post whose answer was lost, found in the channel.
@@ -66,12 +76,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::Forwarded,
         Outcome::ReplayedKey,
         Outcome::ReplayedRetry,
         Outcome::ReplayedRerun,
         Outcome::Conflict,
+        Outcome::KeyReused,
         Outcome::WithheldDeleted,
         Outcome::WithheldEdited,
         Outcome::Reconciled,
@@ -88,6 +99,7 @@ impl Outcome {
             Outcome::ReplayedRetry => "replayed_retry",
             Outcome::ReplayedRerun => "replayed_rerun",
             Outcome::Conflict => "conflict",
+            Outcome::KeyReused => "key_reused",
             Outcome::WithheldDeleted => "withheld_deleted",
             Outcome::WithheldEdited => "withheld_edited",
             Outcome::Reconciled => "reconciled",

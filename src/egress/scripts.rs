@@ -2,45 +2,98 @@
 //! agree on who posts. Keys of one kind share a hash tag: a token's (idempotency, retries) or a
 //! channel's (attribution, pacing, re-runs).
 
-/// KEYS: the idempotency record. ARGV: ttl ms.
+/// KEYS: the idempotency record, its lease. ARGV: ttl ms, owner nonce, request digest, now ms,
+/// lease ms. The record lives a day; the in-flight claim only as long as its lease, which the
+/// call renews while it runs (`LEASE_RENEW`), so a crashed call leaves an unsettled record, not
+/// a day of 409s.
 /// {0} claimed (send it); {1} another call with this key is in flight; {2, status, content
-/// type, body, retry-after} done: replay.
+/// type, body, retry-after} done: replay; {3, sent at} unsettled (its call died or its outcome
+/// was unknown): this call settles it by the uncertain-write rules; {4} the key was used for
+/// another request (another body or query).
 pub const IDEM_CLAIM: &str = r#"
-if redis.call('HSETNX', KEYS[1], 's', 'inflight') == 1 then
+local r = redis.call('HMGET', KEYS[1], 's', 'd', 'st', 'ct', 'b', 'ra', 'at')
+if not r[1] then
+  redis.call('HSET', KEYS[1], 's', 'inflight', 'o', ARGV[2], 'd', ARGV[3], 'at', ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5])
   return {0}
 end
-local r = redis.call('HMGET', KEYS[1], 's', 'st', 'ct', 'b', 'ra')
+if r[2] and r[2] ~= ARGV[3] then return {4} end
 if r[1] == 'done' then
-  return {2, r[2], r[3] or '', r[4] or '', r[5] or ''}
+  return {2, r[3], r[4] or '', r[5] or '', r[6] or ''}
 end
-return {1}
+if r[1] == 'inflight' and redis.call('EXISTS', KEYS[2]) == 1 then return {1} end
+redis.call('HSET', KEYS[1], 's', 'inflight', 'o', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5])
+return {3, r[7] or ''}
 "#;
 
-/// KEYS: a retry fingerprint (same token, method and body). ARGV: window ms, owner nonce, now ms.
-/// {"new"}: record it as ours and send; {"busy"}: an identical call is in flight and its client
-/// still waits (this one is a new write of its own); {"wait"}: the earlier call's client is gone,
-/// wait for its result; {"replay", status, content type, body, retry-after}: it succeeded and its
-/// answer never reached its client; {"unknown", sent at}: its outcome is unknown, reconcile.
-pub const FP_BEGIN: &str = r#"
-local r = redis.call('HMGET', KEYS[1], 's', 'lost', 'st', 'ct', 'b', 'ra', 'at')
-local state, lost = r[1], r[2]
-if state == 'inflight' and lost == '0' then return {'busy'} end
-if state == 'inflight' then return {'wait'} end
-if state == 'done' and lost == '1' then return {'replay', r[3], r[4] or '', r[5] or '', r[6] or ''} end
-if state == 'unknown' then
-  redis.call('HSET', KEYS[1], 'o', ARGV[2])
-  return {'unknown', r[7] or ''}
+/// KEYS: the idempotency record, its lease. ARGV: owner nonce, what (done | unknown | drop),
+/// then for done: status, content type, body, retry-after, ttl ms.
+/// A success is kept whoever reports it (it is Slack's true answer); unknown and drop only by
+/// the call that holds the claim, so a call whose lease was taken over cannot undo the new one.
+pub const IDEM_FINISH: &str = r#"
+if ARGV[2] == 'done' then
+  redis.call('HSET', KEYS[1], 's', 'done', 'st', ARGV[3], 'ct', ARGV[4], 'b', ARGV[5], 'ra', ARGV[6])
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  redis.call('DEL', KEYS[2])
+  return 1
 end
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+if ARGV[2] == 'unknown' then
+  redis.call('HSET', KEYS[1], 's', 'unknown')
+else
+  redis.call('DEL', KEYS[1])
+end
+redis.call('DEL', KEYS[2])
+return 1
+"#;
+
+/// KEYS: a record (idempotency or retry fingerprint), its lease. ARGV: owner nonce, lease ms.
+/// The owner's call is still running: its lease goes on, and `hb` counts the beats, which lets
+/// an identical call tell a live twin (beats move) from a dead one (its lease lapses).
+/// 1 renewed; 0 the lease is not ours any more.
+pub const LEASE_RENEW: &str = r#"
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'hb', 1)
+return 1
+"#;
+
+/// KEYS: a retry fingerprint (same token, method, query and body), its lease. ARGV: window ms,
+/// owner nonce, now ms, lease ms.
+/// {"new"}: record it as ours and send; {"busy", beats}: an identical call is in flight and its
+/// client still waits (a new write of its own once its lease is seen alive); {"wait"}: the
+/// earlier call's client is gone, wait for its result; {"replay", status, content type, body,
+/// retry-after}: it succeeded and its answer never reached its client; {"unsettled", sent at}:
+/// its call died (the lease lapsed) or its outcome was unknown — now ours to settle by the
+/// uncertain-write rules.
+pub const FP_BEGIN: &str = r#"
+local r = redis.call('HMGET', KEYS[1], 's', 'lost', 'st', 'ct', 'b', 'ra', 'at', 'hb')
+local state, lost = r[1], r[2]
+local function take()
+  redis.call('HSET', KEYS[1], 's', 'inflight', 'lost', '0', 'o', ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
+  return {'unsettled', r[7] or ''}
+end
+if state == 'inflight' then
+  if redis.call('EXISTS', KEYS[2]) == 0 then return take() end
+  if lost == '0' then return {'busy', r[8] or '0'} end
+  return {'wait'}
+end
+if state == 'done' and lost == '1' then return {'replay', r[3], r[4] or '', r[5] or '', r[6] or ''} end
+if state == 'unknown' then return take() end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 's', 'inflight', 'lost', '0', 'o', ARGV[2], 'at', ARGV[3])
+redis.call('HSET', KEYS[1], 's', 'inflight', 'lost', '0', 'o', ARGV[2], 'at', ARGV[3], 'hb', '0')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
 return {'new'}
 "#;
 
-/// KEYS: a retry fingerprint. ARGV: owner nonce, what (lost | delivered | done | unknown | drop),
-/// then for done: status, content type, body, retry-after. Only the owner changes it, except
-/// `delivered`, which any replay that reached its client may say.
+/// KEYS: a retry fingerprint, its lease. ARGV: owner nonce, what (lost | delivered | done |
+/// unknown | drop), then for done: status, content type, body, retry-after. Only the owner
+/// changes it, except `delivered`, which any replay that reached its client may say. Settling
+/// (done, unknown, drop) ends the lease.
 pub const FP_SET: &str = r#"
 if ARGV[2] == 'delivered' then
   if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'lost', '0') end
@@ -49,6 +102,7 @@ end
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 if ARGV[2] == 'lost' then
   redis.call('HSET', KEYS[1], 'lost', '1')
+  return 1
 elseif ARGV[2] == 'done' then
   redis.call('HSET', KEYS[1], 's', 'done', 'st', ARGV[3], 'ct', ARGV[4], 'b', ARGV[5], 'ra', ARGV[6])
 elseif ARGV[2] == 'unknown' then
@@ -56,10 +110,11 @@ elseif ARGV[2] == 'unknown' then
 else
   redis.call('DEL', KEYS[1])
 end
+redis.call('DEL', KEYS[2])
 return 1
 "#;
 
-/// KEYS: a channel's pacing bucket. ARGV: now ms, ms per post, burst, most ms to wait.
+/// KEYS: an app's pacing bucket in a channel. ARGV: now ms, ms per post, burst, most ms to wait.
 /// GCRA: the bucket holds the theoretical arrival time of the next post; `burst` posts may come
 /// at once, then one every `per`. A reservation: returns the ms to wait before posting (0: now),
 /// or -1 when that would be longer than the most, and nothing is reserved.

@@ -1,6 +1,6 @@
 //! Slack's Web API as the egress itself calls it: forwarding a bot's call byte for byte, learning
-//! who a token is (`auth.test`, cached), and looking for a post whose answer was lost
-//! (`conversations.history` / `conversations.replies`).
+//! who a token is (`auth.test`, cached); `look` uses its own calls to look for a post whose
+//! answer was lost.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,8 +10,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use serde_json::Value;
 
-use super::call::{digest, Call};
-use super::store::Cached;
+use super::call::Call;
 use crate::config::Upstream;
 use crate::secret::Secret;
 use crate::upstream::{Response, SendError, UpstreamClient};
@@ -60,14 +59,24 @@ impl SlackApi {
 
     /// A call of the egress's own, with the bot's token, form-encoded.
     async fn own_call(&self, method: &str, token: &Secret, form: &[(&str, &str)]) -> Result<Value, SendError> {
+        let resp = self.own_response(method, token, form).await?;
+        serde_json::from_slice(&resp.body).map_err(|e| SendError::Request(format!("{method}: {e}")))
+    }
+
+    /// The same, with Slack's whole answer (status, `Retry-After`).
+    pub(super) async fn own_response(
+        &self,
+        method: &str,
+        token: &Secret,
+        form: &[(&str, &str)],
+    ) -> Result<Response, SendError> {
         let body = form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
         let req = http::Request::post(self.url(method))
             .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .header(http::header::AUTHORIZATION, format!("Bearer {}", String::from_utf8_lossy(token.expose())))
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| SendError::Request(e.to_string()))?;
-        let resp = self.client.call(req, Duration::from_secs(5)).await?;
-        serde_json::from_slice(&resp.body).map_err(|e| SendError::Request(format!("{method}: {e}")))
+        self.client.call(req, Duration::from_secs(5)).await
     }
 
     /// Who `token` is (team, bot user and bot id), from a cached `auth.test`.
@@ -86,52 +95,5 @@ impl SlackApi {
         let mut cache = self.identities.lock().unwrap_or_else(|e| e.into_inner());
         cache.insert(token_hash.to_string(), (id.clone(), Instant::now()));
         Some(id)
-    }
-
-    /// Look for the bot's own post of `text` in `channel` (and `thread`) since `since_ms`:
-    /// `Ok(Some)` the answer Slack would have given, `Ok(None)` not there, `Err` could not look.
-    pub async fn find_post(
-        &self,
-        token: &Secret,
-        who: &Identity,
-        channel: &str,
-        thread: Option<&str>,
-        text: &str,
-        since_ms: u64,
-    ) -> Result<Option<Cached>, SendError> {
-        let oldest = format!("{:.6}", since_ms.saturating_sub(5_000) as f64 / 1000.0);
-        let v = match thread {
-            Some(ts) => {
-                let form = [("channel", channel), ("ts", ts), ("oldest", &oldest), ("limit", "200")];
-                self.own_call("conversations.replies", token, &form).await?
-            }
-            None => {
-                let form = [("channel", channel), ("oldest", &oldest), ("limit", "200")];
-                self.own_call("conversations.history", token, &form).await?
-            }
-        };
-        if v.get("ok").and_then(Value::as_bool) != Some(true) {
-            return Err(SendError::Request(format!(
-                "history: {}",
-                v.get("error").and_then(Value::as_str).unwrap_or("?")
-            )));
-        }
-        let want = digest(text.as_bytes());
-        let ours = |m: &&Value| {
-            let field = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or_default();
-            let by_us = (!who.bot_id.is_empty() && field("bot_id") == who.bot_id) || field("user") == who.user_id;
-            by_us && digest(field("text").as_bytes()) == want
-        };
-        let found = v.get("messages").and_then(Value::as_array).and_then(|ms| ms.iter().find(ours)).cloned();
-        Ok(found.map(|m| {
-            let ts = m.get("ts").cloned().unwrap_or(Value::Null);
-            let body = serde_json::json!({ "ok": true, "channel": channel, "ts": ts, "message": m });
-            Cached {
-                status: 200,
-                content_type: "application/json; charset=utf-8".into(),
-                body: body.to_string().into(),
-                retry_after: None,
-            }
-        }))
     }
 }

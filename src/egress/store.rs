@@ -1,11 +1,12 @@
 //! The egress's records in Redis, over its scripts. A token is only ever present as its keyed
 //! hash; texts and bodies of writes as SHA-256 digests (cached answers are Slack's, not the bot's).
 //!
-//! Keys: `{P:e:<token hash>}:k:<method>:<key digest>` (idempotency) and `…:f:<method>:<body
-//! digest>` (retry fingerprints); `{P:e:<team>:<channel>}:m:<ts>` (a delivered message),
-//! `…:t:<thread>` (its thread's latest), `…:p:<posted ts>` (a post's source), `…:pace`,
-//! `…:r:<delivery>:<run>:<method>` and `…:w:<delivery>:<method>:<k>` (re-runs);
-//! `{P:egress}:hashkey`, `…:withheld`, `…:unknown`.
+//! Keys: `{P:e:<token hash>}:k:<method>:<key digest>` (idempotency) and `…:f:<method>:<request
+//! digest>` (retry fingerprints), each with its `…:lease`; `{P:e:<team>:<channel>}:m:<ts>` (a
+//! delivered message), `…:t:<thread>` (its thread's latest), `…:p:<posted ts>` (a post's
+//! source), `…:pace:<app identity>`, `…:r:<delivery>:<run>:<method>` and
+//! `…:w:<delivery>:<method>:<k>` (re-runs); `{P:egress}:hashkey`, `…:notes:withheld`,
+//! `…:notes:unknown` (see `notes`).
 
 use std::time::Duration;
 
@@ -51,17 +52,43 @@ impl Cached {
 
 pub enum IdemClaim {
     Claimed,
+    /// Another call with the key is in flight (its lease is alive).
     InFlight,
     Done(Cached),
+    /// The key came with another request (body or query) than the one it was first used for.
+    Reused,
+    /// An earlier call with the key never settled (it died, or its outcome was unknown): this
+    /// call holds the claim now and settles it by the uncertain-write rules.
+    Unsettled {
+        sent_ms: u64,
+    },
+}
+
+/// How a keyed call ended, for its record.
+pub enum IdemEnd<'a> {
+    Done(&'a Cached),
+    Unknown,
+    Drop,
 }
 
 pub enum Fingerprint {
     New,
-    Busy,
+    /// An identical call is in flight, its client waiting; `beats` counts its lease renewals.
+    Busy {
+        beats: u64,
+    },
     Wait,
     Replay(Cached),
-    Unknown { sent_ms: u64 },
+    /// The earlier identical call never settled; ours now, to settle by the uncertain rules.
+    Unsettled {
+        sent_ms: u64,
+    },
 }
+
+/// How long an in-flight claim (a key, a retry fingerprint) lives unless its call renews it.
+pub const LEASE: Duration = Duration::from_secs(3);
+/// How often a running call renews its claim's lease.
+pub const LEASE_RENEW_EVERY: Duration = Duration::from_secs(1);
 
 /// What changes about a fingerprint.
 pub enum FpUpdate<'a> {
@@ -91,7 +118,7 @@ pub struct Place<'a> {
 
 #[derive(Clone)]
 pub struct EgressStore {
-    conn: Conn,
+    pub(super) conn: Conn,
     prefix: String,
     hash_key: std::sync::Arc<OnceCell<Vec<u8>>>,
     s: std::sync::Arc<Scripts>,
@@ -99,6 +126,8 @@ pub struct EgressStore {
 
 struct Scripts {
     idem_claim: Script,
+    idem_finish: Script,
+    lease_renew: Script,
     fp_begin: Script,
     fp_set: Script,
     pace: Script,
@@ -109,12 +138,14 @@ struct Scripts {
     run_record: Script,
 }
 
-const DAY_MS: u64 = 24 * 3600 * 1000;
+pub(super) const DAY_MS: u64 = 24 * 3600 * 1000;
 
 impl EgressStore {
     pub fn new(conn: Conn, prefix: &str) -> Self {
         let s = Scripts {
             idem_claim: Script::new(scripts::IDEM_CLAIM),
+            idem_finish: Script::new(scripts::IDEM_FINISH),
+            lease_renew: Script::new(scripts::LEASE_RENEW),
             fp_begin: Script::new(scripts::FP_BEGIN),
             fp_set: Script::new(scripts::FP_SET),
             pace: Script::new(scripts::PACE),
@@ -135,7 +166,7 @@ impl EgressStore {
         format!("{{{}:e:{}:{}}}", self.prefix, p.team, p.channel)
     }
 
-    fn global(&self, what: &str) -> String {
+    pub(super) fn global(&self, what: &str) -> String {
         format!("{{{}:egress}}:{what}", self.prefix)
     }
 
@@ -154,81 +185,92 @@ impl EgressStore {
         Ok(key.clone())
     }
 
-    pub async fn idem_claim(&self, th: &str, method: &str, key_digest: &str) -> Result<IdemClaim, StoreError> {
-        let k = format!("{}:k:{method}:{key_digest}", self.token_tag(th));
-        let reply: Vec<Value> = self.s.idem_claim.key(k).arg(DAY_MS).invoke_async(&mut self.conn.clone()).await?;
+    /// The idempotency record of `key_digest` for a token and method.
+    pub fn idem_key(&self, th: &str, method: &str, key_digest: &str) -> String {
+        format!("{}:k:{method}:{key_digest}", self.token_tag(th))
+    }
+
+    /// The retry fingerprint of a request (its digest) for a token and method.
+    pub fn fp_key(&self, th: &str, method: &str, request_digest: &str) -> String {
+        format!("{}:f:{method}:{request_digest}", self.token_tag(th))
+    }
+
+    /// Claim a key for the request `request_digest` (see `IDEM_CLAIM`).
+    pub async fn idem_claim(&self, record: &str, request_digest: &str, nonce: &str) -> Result<IdemClaim, StoreError> {
+        let reply: Vec<Value> = self
+            .s
+            .idem_claim
+            .key(record)
+            .key(lease_of(record))
+            .arg(DAY_MS)
+            .arg(nonce)
+            .arg(request_digest)
+            .arg(crate::clock::now_ms())
+            .arg(LEASE.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
         let code: i64 = reply.first().and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or(1);
         Ok(match code {
             0 => IdemClaim::Claimed,
             2 => Cached::from_parts(&reply[1..]).map_or(IdemClaim::InFlight, IdemClaim::Done),
+            3 => IdemClaim::Unsettled { sent_ms: text_at(&reply, 1).parse().unwrap_or(0) },
+            4 => IdemClaim::Reused,
             _ => IdemClaim::InFlight,
         })
     }
 
-    /// The winner's answer, kept for a day; or, for a failure, the claim dropped.
-    pub async fn idem_finish(
-        &self,
-        th: &str,
-        method: &str,
-        key_digest: &str,
-        answer: Option<&Cached>,
-    ) -> Result<(), StoreError> {
-        let k = format!("{}:k:{method}:{key_digest}", self.token_tag(th));
-        let mut conn = self.conn.clone();
-        match answer {
-            None => conn.del::<_, ()>(&k).await?,
-            Some(c) => {
-                let [st, ct, b, ra] = c.args();
-                let fields = [("s", b"done".to_vec()), ("st", st), ("ct", ct), ("b", b), ("ra", ra)];
-                redis::pipe().hset_multiple(&k, &fields).pexpire(&k, DAY_MS as i64).query_async::<()>(&mut conn).await?
-            }
-        }
+    /// The winner's answer, kept for a day; an unknown outcome kept for the next call to
+    /// settle; or, for a failure, the claim dropped.
+    pub async fn idem_finish(&self, record: &str, nonce: &str, end: IdemEnd<'_>) -> Result<(), StoreError> {
+        let mut inv = self.s.idem_finish.key(record);
+        inv.key(lease_of(record)).arg(nonce);
+        match end {
+            IdemEnd::Done(c) => inv.arg("done").arg(&c.args()[..]).arg(DAY_MS),
+            IdemEnd::Unknown => inv.arg("unknown"),
+            IdemEnd::Drop => inv.arg("drop"),
+        };
+        let _: i64 = inv.invoke_async(&mut self.conn.clone()).await?;
         Ok(())
     }
 
-    pub async fn fp_begin(
-        &self,
-        th: &str,
-        method: &str,
-        body_digest: &str,
-        window: Duration,
-        nonce: &str,
-        now_ms: u64,
-    ) -> Result<Fingerprint, StoreError> {
-        let k = format!("{}:f:{method}:{body_digest}", self.token_tag(th));
+    /// The call holding `record` still runs: renew its lease. `false` when it is not ours.
+    pub async fn renew(&self, record: &str, nonce: &str) -> Result<bool, StoreError> {
+        let renewed: i64 = self
+            .s
+            .lease_renew
+            .key(record)
+            .key(lease_of(record))
+            .arg(nonce)
+            .arg(LEASE.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    pub async fn fp_begin(&self, record: &str, window: Duration, nonce: &str) -> Result<Fingerprint, StoreError> {
         let reply: Vec<Value> = self
             .s
             .fp_begin
-            .key(k)
+            .key(record)
+            .key(lease_of(record))
             .arg(window.as_millis() as u64)
             .arg(nonce)
-            .arg(now_ms)
+            .arg(crate::clock::now_ms())
+            .arg(LEASE.as_millis() as u64)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        let tag: String = reply.first().and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or_default();
-        Ok(match tag.as_str() {
-            "busy" => Fingerprint::Busy,
+        Ok(match text_at(&reply, 0).as_str() {
+            "busy" => Fingerprint::Busy { beats: text_at(&reply, 1).parse().unwrap_or(0) },
             "wait" => Fingerprint::Wait,
-            "replay" => Cached::from_parts(&reply[1..]).map_or(Fingerprint::Busy, Fingerprint::Replay),
-            "unknown" => {
-                let sent: String = reply.get(1).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or_default();
-                Fingerprint::Unknown { sent_ms: sent.parse().unwrap_or(0) }
-            }
+            "replay" => Cached::from_parts(&reply[1..]).map_or(Fingerprint::Wait, Fingerprint::Replay),
+            "unsettled" => Fingerprint::Unsettled { sent_ms: text_at(&reply, 1).parse().unwrap_or(0) },
             _ => Fingerprint::New,
         })
     }
 
-    pub async fn fp_set(
-        &self,
-        th: &str,
-        method: &str,
-        body_digest: &str,
-        nonce: &str,
-        update: FpUpdate<'_>,
-    ) -> Result<(), StoreError> {
-        let k = format!("{}:f:{method}:{body_digest}", self.token_tag(th));
-        let mut inv = self.s.fp_set.key(k);
-        inv.arg(nonce);
+    pub async fn fp_set(&self, record: &str, nonce: &str, update: FpUpdate<'_>) -> Result<(), StoreError> {
+        let mut inv = self.s.fp_set.key(record);
+        inv.key(lease_of(record)).arg(nonce);
         match update {
             FpUpdate::Lost => inv.arg("lost"),
             FpUpdate::Delivered => inv.arg("delivered"),
@@ -240,17 +282,20 @@ impl EgressStore {
         Ok(())
     }
 
-    /// Reserve a post in the channel's pace: the wait before it may go, or `None` when that
-    /// would be longer than `most`.
+    /// Reserve a post in the channel's pace of one app (`app_id`: the token's bot id, or its
+    /// user id for a user token — Slack's limit is per app): the wait before it may go, or
+    /// `None` when that would be longer than `most`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn pace(
         &self,
         p: &Place<'_>,
+        app_id: &str,
         now_ms: u64,
         per: Duration,
         burst: u32,
         most: Duration,
     ) -> Result<Option<Duration>, StoreError> {
-        let k = format!("{}:pace", self.channel_tag(p));
+        let k = format!("{}:pace:{app_id}", self.channel_tag(p));
         let wait: i64 = self
             .s
             .pace
@@ -389,23 +434,14 @@ impl EgressStore {
             .await?;
         Ok(())
     }
+}
 
-    /// Keep a note (`withheld` or `unknown`) for a day, where `stats` and the admin API read it.
-    pub async fn note(&self, list: &str, json: &serde_json::Value, now_ms: u64) -> Result<(), StoreError> {
-        let k = self.global(list);
-        redis::pipe()
-            .zadd(&k, json.to_string(), now_ms)
-            .zrembyscore(&k, 0, now_ms.saturating_sub(DAY_MS) as i64)
-            .query_async::<()>(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
+/// The lease of an in-flight record: in the record's hash tag, so one script sees both.
+fn lease_of(record: &str) -> String {
+    format!("{record}:lease")
+}
 
-    /// The notes of the last day, newest last.
-    pub async fn notes(&self, list: &str, now_ms: u64) -> Result<Vec<serde_json::Value>, StoreError> {
-        let k = self.global(list);
-        let raw: Vec<String> =
-            self.conn.clone().zrangebyscore(&k, now_ms.saturating_sub(DAY_MS) as i64, "+inf").await?;
-        Ok(raw.iter().filter_map(|s| serde_json::from_str(s).ok()).collect())
-    }
+/// The `i`-th part of a script's reply as text ("" when absent).
+fn text_at(reply: &[Value], i: usize) -> String {
+    reply.get(i).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or_default()
 }

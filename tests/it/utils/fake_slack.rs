@@ -1,9 +1,10 @@
 //! A fake Slack Web API on a loopback port: it records every call, answers `auth.test`, keeps
 //! the messages `chat.postMessage` posts and serves them back from `conversations.history` and
 //! `conversations.replies`, and can be told how to answer the next writes: late (after
-//! recording), not at all (the connection dropped after recording), with an error, or 429.
+//! recording), not at all (the connection dropped after recording), with an error, or 429; how
+//! to answer the next looks into history; and who each token is (`auth.test`).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,17 @@ pub enum Behaviour {
     RateLimited(u64),
 }
 
+/// How the fake answers one look into history (`conversations.history` or `.replies`).
+#[derive(Clone, Debug)]
+pub enum Look {
+    /// `{"ok": true, "messages": []}`: nothing there (yet).
+    Empty,
+    /// 429 with this `Retry-After`.
+    RateLimited(u64),
+    /// `{"ok": false, "error": …}` with 200.
+    NotOk(&'static str),
+}
+
 #[derive(Clone, Debug)]
 pub struct ApiCall {
     pub method: String,
@@ -49,6 +61,10 @@ struct State {
     posts: Mutex<Vec<Value>>,
     script: Mutex<VecDeque<Behaviour>>,
     seq: Mutex<u64>,
+    /// How the next looks into history are answered (in order); then from the posts.
+    looks: Mutex<VecDeque<Look>>,
+    /// `auth.test` per token: user id, bot id (else [`BOT_USER`], [`BOT_ID`]).
+    identities: Mutex<HashMap<String, (String, String)>>,
 }
 
 pub struct FakeSlack {
@@ -85,6 +101,17 @@ impl FakeSlack {
     /// The next write gets this behaviour (in order).
     pub fn push(&self, b: Behaviour) {
         self.state.script.lock().unwrap().push_back(b);
+    }
+
+    /// The next look into history gets this answer (in order).
+    pub fn push_look(&self, l: Look) {
+        self.state.looks.lock().unwrap().push_back(l);
+    }
+
+    /// `auth.test` with `token` says this user and bot id (another app, or a user token with
+    /// an empty bot id).
+    pub fn identity(&self, token: &str, user_id: &str, bot_id: &str) {
+        self.state.identities.lock().unwrap().insert(token.into(), (user_id.into(), bot_id.into()));
     }
 
     pub fn calls(&self) -> Vec<ApiCall> {
@@ -136,7 +163,11 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<
         body: body.clone(),
         at: std::time::Instant::now(),
     });
-    let f = fields(&parts.headers, &body);
+    let mut f = fields(&parts.headers, &body);
+    // Arguments may come in the query too, as Slack takes them.
+    for (k, v) in form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()) {
+        f.entry(k.into_owned()).or_insert(Value::String(v.into_owned()));
+    }
     let text = |k: &str| f.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
     let behaviour = if is_write(&method) { st.script.lock().unwrap().pop_front() } else { None };
     match behaviour {
@@ -148,8 +179,30 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<
         Some(Behaviour::DropBefore) => return Err(std::io::Error::other("dropped")),
         _ => {}
     }
+    if method.starts_with("conversations.") {
+        let look = st.looks.lock().unwrap().pop_front();
+        match look {
+            Some(Look::Empty) => return Ok(answer(200, json!({"ok": true, "messages": []}), None)),
+            Some(Look::RateLimited(s)) => {
+                return Ok(answer(429, json!({"ok": false, "error": "ratelimited"}), Some(s)))
+            }
+            Some(Look::NotOk(e)) => return Ok(answer(200, json!({"ok": false, "error": e}), None)),
+            None => {}
+        }
+    }
     let reply = match method.as_str() {
-        "auth.test" => json!({"ok": true, "team_id": TEAM, "user_id": BOT_USER, "bot_id": BOT_ID, "team": "Test"}),
+        "auth.test" => {
+            let bearer = parts.headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+            let token = bearer.strip_prefix("Bearer ").unwrap_or_default();
+            let (user, bot) = st
+                .identities
+                .lock()
+                .unwrap()
+                .get(token)
+                .cloned()
+                .unwrap_or_else(|| (BOT_USER.to_string(), BOT_ID.to_string()));
+            json!({"ok": true, "team_id": TEAM, "user_id": user, "bot_id": bot, "team": "Test"})
+        }
         "chat.postMessage" => {
             let ts = {
                 let mut seq = st.seq.lock().unwrap();

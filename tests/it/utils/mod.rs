@@ -14,7 +14,7 @@ mod redis_server;
 mod tls;
 
 pub use child::KillOnDrop;
-pub use fake_slack::{Behaviour, FakeSlack};
+pub use fake_slack::{Behaviour, FakeSlack, Look};
 pub use gateway::{started_on, Gateway, GatewayConfig};
 pub use receiver::{Receiver, Reply, Reserved};
 pub use redis_cluster::{free_low_port, RedisCluster};

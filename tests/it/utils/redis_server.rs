@@ -63,6 +63,22 @@ impl RedisServer {
         }
     }
 
+    /// SIGSTOP: the server keeps its socket but answers nothing (a frozen Redis).
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill").args([sig, &pid]).status().expect("kill on PATH");
+        assert!(status.success(), "kill {sig} {pid}");
+    }
+
     /// Start again on the same socket and data directory.
     pub fn restart(&mut self) {
         self.stop();

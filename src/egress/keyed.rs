@@ -1,0 +1,63 @@
+//! `Idempotency-Key`: the caller's own retries. The key is claimed for a day, scoped by the
+//! token's hash and the method, and bound to the request's digest (query and body). The claim
+//! in flight is a lease its call renews ([`Lease`]): a call that died leaves its record
+//! unsettled, and the next call with the key settles it by the uncertain-write rules — a 409
+//! lasts only as long as the first call could still be running.
+
+use std::sync::Arc;
+
+use pingora::protocols::http::ServerSession;
+use tracing::warn;
+
+use super::call::digest;
+use super::lease::{nonce, Lease};
+use super::store::{IdemClaim, IdemEnd};
+use super::uncertain::Unsettled;
+use super::write::{succeeded, Write};
+use super::{Egress, Outcome, Reply};
+
+impl Egress {
+    /// `Idempotency-Key`: replayed, refused while in flight or for another request, or sent.
+    pub(super) async fn keyed(self: &Arc<Self>, w: Arc<Write>, key: &str, session: &mut ServerSession) -> bool {
+        let reply = self.keyed_reply(&w, key).await;
+        self.finish_reply(&w.call, "key", reply, session).await
+    }
+
+    async fn keyed_reply(&self, w: &Write, key: &str) -> Reply {
+        let unavailable = || Reply::error(503, "slackgate_store_unavailable", Outcome::StoreUnavailable);
+        let (Some(store), Some(th)) = (self.store(), w.token_hash.as_deref()) else { return unavailable() };
+        let record = store.idem_key(th, &w.call.method, &digest(key.as_bytes()));
+        let owner = nonce();
+        let unsettled = match self.step(w, store.idem_claim(&record, &w.digest, &owner)).await {
+            Err(_) => return unavailable(),
+            Ok(IdemClaim::InFlight) => {
+                return Reply::error(409, "slackgate_idempotency_key_in_flight", Outcome::Conflict)
+            }
+            Ok(IdemClaim::Reused) => return Reply::error(422, "idempotency_key_reused", Outcome::KeyReused),
+            Ok(IdemClaim::Done(c)) => {
+                let mut r = Reply::new(c, Outcome::ReplayedKey);
+                r.headers.push(("Idempotent-Replayed", "true"));
+                return r;
+            }
+            Ok(IdemClaim::Claimed) => None,
+            Ok(IdemClaim::Unsettled { sent_ms }) => Some(sent_ms),
+        };
+        let _lease = Lease::keep(store, record.clone(), owner.clone());
+        let reply = match unsettled {
+            None => self.send(w).await,
+            Some(sent_ms) => match self.unsettled(w, sent_ms).await {
+                Unsettled::Answer(reply) => reply,
+                Unsettled::SendAgain => self.send(w).await,
+            },
+        };
+        let end = match reply.outcome {
+            Outcome::Unknown => IdemEnd::Unknown,
+            _ if succeeded(&reply.answer) => IdemEnd::Done(&reply.answer),
+            _ => IdemEnd::Drop,
+        };
+        if let Err(e) = self.step(w, store.idem_finish(&record, &owner, end)).await {
+            warn!(error = %e, "cannot record the idempotent answer; the next call with the key settles it");
+        }
+        reply
+    }
+}
