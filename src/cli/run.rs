@@ -12,7 +12,7 @@ use pingora::services::listening::Service;
 
 use super::{signals, RunOpts};
 use crate::admin::Admin;
-use crate::config::{BoundPorts, Config, Overrides, RedisTarget};
+use crate::config::{BoundPorts, Config, ListenerLimits, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
 use crate::egress::Egress;
 use crate::embedded::EmbeddedRedis;
@@ -91,8 +91,12 @@ fn redis(config: &Config, opts: &RunOpts) -> anyhow::Result<(Option<EmbeddedRedi
     })
 }
 
-/// The Slack listener (behind its connection guard), the delivery workers, the admin listener
-/// and the reloader, all sharing `shared`.
+/// Probes, a scraper and an operator: the admin listener needs few connections, and a flood of
+/// them must not take the file descriptors the Slack listener needs.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// The Slack listener, the egress and the admin listener (each behind its connection guard),
+/// the delivery workers and the reloader, all sharing `shared`.
 fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis: &Endpoint) {
     let ingress = Ingress::new(live.clone(), shared.clone(), redis.clone());
     let proxy = pingora::proxy::http_proxy(&server.configuration, ingress);
@@ -101,14 +105,21 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
     server.add_service(service);
     let delivery = DeliveryService::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("delivery", delivery));
+    // The other listeners get the Slack listener's deadlines: a half-sent request or an idle
+    // socket on them holds memory and file descriptors just the same.
     if let Some(addr) = &config.server.admin_listen {
-        let mut admin = Service::new("admin".into(), Admin::new(live.clone(), shared.clone(), redis.clone()));
+        let admin = Admin::new(live.clone(), shared.clone(), redis.clone());
+        let limits = ListenerLimits {
+            max_connections: config.server.limits.max_connections.min(ADMIN_MAX_CONNECTIONS),
+            ..config.server.limits
+        };
+        let mut admin = Service::new("admin".into(), Guarded::uncounted(admin, limits));
         admin.add_tcp(addr);
         server.add_service(admin);
     }
     if let Some(addr) = &config.egress.listen {
         let egress = Egress::new(Arc::new(config.clone()), shared.clone(), redis.clone());
-        let mut service = Service::new("egress".into(), egress);
+        let mut service = Service::new("egress".into(), Guarded::uncounted(egress, config.server.limits));
         service.add_tcp(addr);
         server.add_service(service);
     }

@@ -14,6 +14,7 @@ mod egress;
 mod fence;
 mod interactive;
 mod lifecycle;
+mod listeners;
 mod messages;
 mod operate;
 mod overload;
