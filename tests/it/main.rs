@@ -11,6 +11,7 @@ mod dedupe;
 mod delivery;
 mod edges;
 mod egress;
+mod egress_http;
 mod fence;
 mod interactive;
 mod lifecycle;
