@@ -159,3 +159,21 @@ async fn a_read_of_several_mib_streams_through() {
     assert!(body.len() > size && body.ends_with(b"\"}"), "whole: {} bytes", body.len());
     assert_eq!(headers.get("content-length").unwrap().to_str().unwrap(), body.len().to_string());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_retry_after_is_bounded_when_parsed() {
+    let s = setup("ehostile").await;
+    let port = s.gw.egress_port;
+    let day = (24 * 3600).to_string();
+    for value in ["18446744073709551615", "99999999999999999999999999999", "86401"] {
+        s.slack.push(Behaviour::RateLimitedRaw(value));
+        let (status, headers, body) = call(port, "POST", "/api/chat.update", "channel=C1&ts=1.2&text=x", &[]).await;
+        assert_eq!(status, 429, "{value}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(headers.get("retry-after").unwrap().to_str().unwrap(), day, "{value}: a day at most");
+    }
+    // An HTTP-date is no hint: the egress waits its own second and sends again.
+    s.slack.push(Behaviour::RateLimitedRaw("Wed, 21 Oct 2015 07:28:00 GMT"));
+    let (status, _, _) = call(port, "POST", "/api/chat.update", "channel=C1&ts=1.2&text=y", &[]).await;
+    assert_eq!(status, 200);
+    assert!(!s.gw.log().contains("panicked"), "{}", s.gw.log());
+}

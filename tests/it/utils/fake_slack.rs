@@ -34,6 +34,8 @@ pub enum Behaviour {
     NotOk(&'static str),
     /// 429 with this `Retry-After`, not recorded.
     RateLimited(u64),
+    /// 429 with this `Retry-After` text as it is (a hostile or odd value), not recorded.
+    RateLimitedRaw(&'static str),
 }
 
 #[derive(Clone, Debug)]
@@ -180,6 +182,11 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
     match behaviour {
         Some(Behaviour::Status(s)) => return Ok(answer(s, json!({"ok": false, "error": "fatal_error"}), None)),
         Some(Behaviour::NotOk(e)) => return Ok(answer(200, json!({"ok": false, "error": e}), None)),
+        Some(Behaviour::RateLimitedRaw(v)) => {
+            let mut r = answer(429, json!({"ok": false, "error": "ratelimited"}), None);
+            r.headers_mut().insert("retry-after", v.parse().unwrap());
+            return Ok(r);
+        }
         Some(Behaviour::RateLimited(s)) => {
             return Ok(answer(429, json!({"ok": false, "error": "ratelimited"}), Some(s)))
         }
