@@ -230,11 +230,17 @@ async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Resul
 }
 
 async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, Reply> {
+    let too_large = || Reply::error(413, "request_too_large", Outcome::Failed);
+    // A length over the cap is refused before a byte of it is read.
+    let declared = session.req_header().headers.get(http::header::CONTENT_LENGTH);
+    if declared.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok()).is_some_and(|n| n > MAX_CALL_BODY as u64) {
+        return Err(too_large());
+    }
     let mut body = Vec::new();
     loop {
         match session.read_request_body().await {
             Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_CALL_BODY => body.extend_from_slice(&chunk),
-            Ok(Some(_)) => return Err(Reply::error(413, "request_too_large", Outcome::Failed)),
+            Ok(Some(_)) => return Err(too_large()),
             Ok(None) => return Ok(body),
             Err(_) => return Err(Reply::error(400, "bad_request", Outcome::Failed)),
         }

@@ -96,6 +96,9 @@ async fn broken_requests_get_400_and_an_absolute_target_is_its_path() {
         let out = raw(port, request.as_bytes()).await;
         assert!(out.starts_with("HTTP/1.1 400"), "{request:?}: {out:?}");
     }
+    // A body over the cap is refused at once, not read (nor waited for).
+    let out = raw(port, format!("{post}Content-Length: 9000000\r\n\r\nchannel=C1").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 413"), "{out:?}");
     assert!(s.slack.calls().is_empty(), "nothing of them reached Slack");
     let authority = format!("127.0.0.1:{port}");
     let absolute = format!(
