@@ -280,6 +280,9 @@ impl HttpServerApp for Egress {
         if !read_head(&mut session).await {
             return None;
         }
+        // A client that takes no byte of its answer (a read streams without end) for a body
+        // deadline holds the connection no longer.
+        session.set_write_timeout(Some(self.config.server.limits.body_timeout));
         let _in_flight = self.shared.drain.enter(crate::drain::Work::Request);
         let delivered = match read_call(&mut session, self.config.server.limits.body_timeout).await {
             Err(reply) => {
