@@ -4,14 +4,15 @@
 //! for as long as it likes. [`Guarded`] wraps Pingora's HTTP app and gives each connection:
 //!
 //! - `header_timeout` to send its complete request headers (from the connection's start, or
-//!   from the first byte of a later request on a kept-alive connection);
-//! - `idle_timeout` between the end of one answer and the first byte of the next request;
+//!   from the first byte of a later request line on a kept-alive connection);
+//! - `idle_timeout` between the end of one answer and the first byte of the next request line
+//!   (empty lines before it are skipped, as the parser skips them, and start nothing);
 //! - a place among at most `max_connections`: the excess is closed at once, unanswered.
 //!
-//! The egress and admin listeners stand behind the same guard (each with its own count).
+//! The egress and admin listeners stand behind the same guard, each with its own count.
 //!
 //! The body has its own deadline, `body_timeout`, enforced where the body is read (the
-//! ingress, and Pingora's per-read timeout on passthrough). A connection past a deadline is
+//! ingress, the egress, and Pingora's per-read timeout on passthrough). A connection past a deadline is
 //! dropped by cancelling its task: nothing is half-recorded (a request in its header phase has
 //! done nothing yet) and no error line is written per slow client; they are counted in
 //! `slackgate_connections_closed_total{reason}`.
