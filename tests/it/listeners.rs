@@ -190,3 +190,30 @@ async fn eventually_async<F: std::future::Future<Output = bool>>(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_egress_client_that_takes_no_answer_is_dropped_at_body_timeout() {
+    let (_redis, slack, _bot, gw) = gateway("noread", "max_connections = 1\nbody_timeout = \"1s\"\n").await;
+    let port = gw.egress_port;
+    // A read of 64 MiB whose client never reads a byte of it: the kernel's buffers fill, and
+    // the egress's writes stop.
+    // (Until it has the place: the gateway's start-up probe may still hold it for a moment.)
+    let mut stuck = None;
+    for _ in 0..50 {
+        let mut c = connect(port).await;
+        let _ = c.write_all(b"GET /api/test.large?bytes=67108864 HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        if eventually(Duration::from_millis(200), || !slack.calls_of("test.large").is_empty()).await {
+            stuck = Some(c);
+            break;
+        }
+    }
+    assert!(stuck.is_some(), "the read reached Slack");
+    // It holds the egress's one place until its write deadline passes; then there is room.
+    let request = &b"GET /api/users.info?user=U1 HTTP/1.1\r\nHost: x\r\n\r\n"[..];
+    let served = eventually_async(Duration::from_secs(10), || async {
+        let mut c = connect(port).await;
+        c.write_all(request).await.is_ok() && answer_head_or_close(&mut c).await.starts_with("HTTP/1.1 200")
+    });
+    assert!(served.await, "the stuck client was dropped");
+    drop(stuck);
+}
