@@ -254,7 +254,8 @@ async fn read_head(session: &mut ServerSession) -> bool {
     match session.read_request().await {
         Ok(read) => read,
         Err(e) if *e.etype() == pingora::ErrorType::InvalidHTTPHeader => {
-            debug!(error = %e, "a broken request to the egress");
+            // The error's context holds the request's bytes (a token among them): only its kind.
+            debug!(error = e.etype().as_str(), "a broken request to the egress");
             let reply = Reply::error(400, "invalid_request", Outcome::Failed);
             let a = &reply.answer;
             if let Ok(mut head) = ResponseHeader::build(400, Some(2)) {

@@ -85,7 +85,8 @@ async fn a_call_goes_with_its_own_method_and_only_get_and_post_are_taken() {
 async fn broken_requests_get_400_and_an_absolute_target_is_its_path() {
     let s = setup("ebroken").await;
     let port = s.gw.egress_port;
-    let post = "POST /api/chat.postMessage HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer xoxb-1\r\n";
+    let secret = "xoxb-never-in-a-log-9a7c";
+    let post = format!("POST /api/chat.postMessage HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secret}\r\n");
     let broken = [
         format!("{post}X-Bare: a\rb\r\nContent-Length: 0\r\n\r\n"),
         format!("{post}X-Folded: a\r\n  b\r\nContent-Length: 0\r\n\r\n"),
@@ -95,7 +96,11 @@ async fn broken_requests_get_400_and_an_absolute_target_is_its_path() {
     for request in &broken {
         let out = raw(port, request.as_bytes()).await;
         assert!(out.starts_with("HTTP/1.1 400"), "{request:?}: {out:?}");
+        // The admin listener too, and neither writes the request's bytes to the log.
+        let out = raw(s.gw.admin_port, request.replace("/api/chat.postMessage", "/stats").as_bytes()).await;
+        assert!(out.starts_with("HTTP/1.1 400"), "admin: {request:?}: {out:?}");
     }
+    assert!(!s.gw.log().contains(secret), "{}", s.gw.log());
     // A body over the cap is refused at once, not read (nor waited for).
     let out = raw(port, format!("{post}Content-Length: 9000000\r\n\r\nchannel=C1").as_bytes()).await;
     assert!(out.starts_with("HTTP/1.1 413"), "{out:?}");
