@@ -57,6 +57,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
         std::fs::write(p, std::process::id().to_string()).with_context(|| format!("pid file {}", p.display()))?;
     }
     announce(&config, &opts.config.config, embedded.as_ref());
+    warn_if_short_of_files(&config);
     let handed_over = Arc::new(AtomicBool::new(false));
     server.run(RunArgs {
         shutdown_signal: Box::new(signals::Signals {
@@ -185,6 +186,39 @@ fn preflight(config: &mut Config) -> anyhow::Result<BoundPorts> {
     Ok(bound)
 }
 
+/// The connections all listeners may hold at once, each one a file descriptor.
+fn connection_caps(config: &Config) -> usize {
+    let cap = config.server.limits.max_connections;
+    let admin = config.server.admin_listen.as_ref().map_or(0, |_| cap.min(ADMIN_MAX_CONNECTIONS));
+    let egress = config.egress.listen.as_ref().map_or(0, |_| cap);
+    cap + admin + egress
+}
+
+/// Warn when the process may open fewer files than its listeners may hold connections: past
+/// the limit every `accept` fails, on the Slack listener too, whichever listener took them.
+fn warn_if_short_of_files(config: &Config) {
+    let caps = connection_caps(config);
+    // Linux says it in /proc; elsewhere nothing is checked.
+    let Some(limit) = std::fs::read_to_string("/proc/self/limits").ok().as_deref().and_then(open_files_limit) else {
+        return;
+    };
+    // Redis connections, the pooled clients and the process's own files need some too.
+    if limit < caps as u64 + 256 {
+        tracing::warn!(
+            open_files = limit,
+            connections = caps,
+            "the listeners may hold more connections than this process may open files: raise its limit \
+             (ulimit -n, systemd LimitNOFILE=) or lower server.max_connections"
+        );
+    }
+}
+
+/// The soft `Max open files` of a `/proc/<pid>/limits` text; `None` when unlimited or absent.
+fn open_files_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
+}
+
 /// The one line a user needs at start: where Slack and the admin API are served, which Redis,
 /// and each app's routes and bot.
 fn announce(config: &Config, path: &Path, embedded: Option<&EmbeddedRedis>) {
@@ -244,4 +278,19 @@ pub(crate) fn reload(pid_file: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(status.success(), "cannot signal process {pid}");
     println!("sent SIGHUP to {pid}; the gateway's log says whether the new config was taken");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_files_limit_is_read_from_proc() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max processes             63432                63432                processes \n\
+                      Max open files            1024                 524288               files     \n";
+        assert_eq!(open_files_limit(limits), Some(1024));
+        assert_eq!(open_files_limit("Max open files            unlimited            unlimited            files"), None);
+        assert_eq!(open_files_limit(""), None);
+    }
 }
