@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use http::{Method, Response, StatusCode};
-use pingora::apps::http_app::ServeHttp;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
 
 use crate::config::Secret;
 use crate::live::Live;
@@ -286,10 +287,47 @@ fn json(value: impl serde::Serialize) -> Reply {
     reply(StatusCode::OK, "application/json", body)
 }
 
+/// Read the next request's head; `false` when there is none to serve. One that does not parse
+/// is answered 400, and never logged: Pingora's own HTTP app (`ServeHttp`) writes the request's
+/// bytes at ERROR, an `Authorization: Bearer <admin token>` among them.
+async fn read_head(session: &mut ServerSession) -> bool {
+    match session.read_request().await {
+        Ok(read) => read,
+        Err(e) if *e.etype() == pingora::ErrorType::InvalidHTTPHeader => {
+            let (parts, body) = text(StatusCode::BAD_REQUEST, "bad request").into_parts();
+            // Writes the answer and turns keep-alive off.
+            let _ = session.write_error_response(parts.into(), body.into()).await;
+            session.shutdown().await;
+            false
+        }
+        Err(_) => false,
+    }
+}
+
 #[async_trait]
-impl ServeHttp for Admin {
-    async fn response(&self, session: &mut ServerSession) -> Reply {
-        self.route(session).await.unwrap_or_else(|e| e.reply())
+impl HttpServerApp for Admin {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut session: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        if !read_head(&mut session).await {
+            return None;
+        }
+        let limits = self.live.get().config.server.limits;
+        // The connection guard closes idle connections; Pingora's timer is a backstop past it.
+        session.set_keepalive((!*shutdown.borrow()).then_some(limits.idle_timeout.as_secs() + 2));
+        session.set_write_timeout(Some(limits.body_timeout));
+        let (parts, body) = self.route(&session).await.unwrap_or_else(|e| e.reply()).into_parts();
+        if session.write_response_header(Box::new(parts.into())).await.is_err() {
+            return None;
+        }
+        if !body.is_empty() && session.write_response_body(body.into(), true).await.is_err() {
+            return None;
+        }
+        let settings = HttpPersistentSettings::for_session(&session);
+        let reusable = session.finish().await.ok()??;
+        Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
     }
 }
 

@@ -131,6 +131,7 @@ mod tests {
             content_type: None,
             body: Bytes::new(),
             retry_after: retry_after.map(Duration::from_secs),
+            headers: Default::default(),
         })
     }
 

@@ -21,6 +21,9 @@ use crate::slack;
 
 /// Bodies the bot answers with are read up to this size (Slack's own reply limits are smaller).
 const MAX_RESPONSE_BODY: usize = 1 << 20;
+/// The longest `Retry-After` believed: a day. A peer asking for more (or sending more digits
+/// than any duration has) is taken to mean a day, so no arithmetic ever sees its number.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 const POOL_IDLE: Duration = Duration::from_secs(60);
 /// A peer that has not accepted a connection by then is unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -43,7 +46,7 @@ pub enum SendError {
     Timeout,
     #[error("connection failed during the exchange")]
     Io(#[source] BoxError),
-    #[error("response body over 1 MiB")]
+    #[error("response body over its size limit")]
     TooLarge,
     #[error("bad request: {0}")]
     Request(String),
@@ -111,8 +114,22 @@ pub struct Response {
     pub status: u16,
     pub content_type: Option<String>,
     pub body: Bytes,
-    /// `Retry-After` in seconds, when the bot sent one.
+    /// `Retry-After` in seconds, when the bot sent one (at most [`MAX_RETRY_AFTER`]).
     pub retry_after: Option<Duration>,
+    /// All of them (the egress passes Slack's on).
+    pub headers: http::HeaderMap,
+}
+
+/// `Retry-After` as delay-seconds (RFC 9110 §10.2.3), at most [`MAX_RETRY_AFTER`]; an
+/// HTTP-date, a negative or any other value is no hint at all.
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let v = value.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Only digits: a parse error is an overflow, which is past the bound anyway.
+    let secs = v.parse::<u64>().unwrap_or(u64::MAX).min(MAX_RETRY_AFTER.as_secs());
+    Some(Duration::from_secs(secs))
 }
 
 pub struct UpstreamClient {
@@ -181,40 +198,57 @@ impl UpstreamClient {
         self.exchange(request, timeout).await
     }
 
-    /// One request, its answer read whole (up to 1 MiB), all within `timeout`.
-    pub async fn call(&self, request: http::Request<Full<Bytes>>, timeout: Duration) -> Result<Response, SendError> {
-        self.exchange(request, timeout).await
-    }
-
-    async fn exchange(&self, request: http::Request<Full<Bytes>>, timeout: Duration) -> Result<Response, SendError> {
+    /// One request, its answer read whole up to `limit` bytes (else [`SendError::TooLarge`]),
+    /// all within `timeout`; with the answer's headers.
+    pub async fn call(
+        &self,
+        request: http::Request<Full<Bytes>>,
+        timeout: Duration,
+        limit: usize,
+    ) -> Result<Response, SendError> {
         let call = async {
             let resp = self.http.request(request).await.map_err(SendError::from_client)?;
-            let (head, body) = resp.into_parts();
-            let body = Limited::new(body, MAX_RESPONSE_BODY).collect().await.map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    SendError::TooLarge
-                } else {
-                    SendError::Io(e)
-                }
-            })?;
-            Ok(Response {
-                status: head.status.as_u16(),
-                content_type: head
-                    .headers
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .map(String::from),
-                body: body.to_bytes(),
-                retry_after: head
-                    .headers
-                    .get(http::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs),
-            })
+            read_whole(resp, limit).await
         };
         tokio::time::timeout(timeout, call).await.unwrap_or(Err(SendError::Timeout))
     }
+
+    /// One request whose answer is streamed by the caller: its head within `timeout`.
+    pub async fn open(
+        &self,
+        request: http::Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<http::Response<hyper::body::Incoming>, SendError> {
+        let call = self.http.request(request);
+        match tokio::time::timeout(timeout, call).await {
+            Ok(r) => r.map_err(SendError::from_client),
+            Err(_) => Err(SendError::Timeout),
+        }
+    }
+
+    async fn exchange(&self, request: http::Request<Full<Bytes>>, timeout: Duration) -> Result<Response, SendError> {
+        self.call(request, timeout, MAX_RESPONSE_BODY).await
+    }
+}
+
+/// An answer's body read whole, up to `limit` bytes.
+async fn read_whole(resp: http::Response<hyper::body::Incoming>, limit: usize) -> Result<Response, SendError> {
+    let (head, body) = resp.into_parts();
+    let body = Limited::new(body, limit).collect().await.map_err(|e| {
+        if e.is::<http_body_util::LengthLimitError>() {
+            SendError::TooLarge
+        } else {
+            SendError::Io(e)
+        }
+    })?;
+    let header = |name: http::header::HeaderName| head.headers.get(name).and_then(|v| v.to_str().ok());
+    Ok(Response {
+        status: head.status.as_u16(),
+        content_type: header(http::header::CONTENT_TYPE).map(String::from),
+        body: body.to_bytes(),
+        retry_after: header(http::header::RETRY_AFTER).and_then(parse_retry_after),
+        headers: head.headers,
+    })
 }
 
 /// The request Slack would have sent the bot, signed now.
@@ -233,4 +267,21 @@ fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, Send
         .header("X-Slackgate-Attempt", req.attempt.to_string())
         .body(Full::new(req.body.clone()))
         .map_err(|e| SendError::Request(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_bounded_when_parsed() {
+        assert_eq!(parse_retry_after("30"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after(" 0 "), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("86401"), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("18446744073709551615"), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after(&"9".repeat(400)), Some(MAX_RETRY_AFTER), "no overflow");
+        for bad in ["", "-1", "1.5", "+3", "Wed, 21 Oct 2015 07:28:00 GMT", "3 s", "٣"] {
+            assert_eq!(parse_retry_after(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -12,7 +12,7 @@ use pingora::services::listening::Service;
 
 use super::{signals, RunOpts};
 use crate::admin::Admin;
-use crate::config::{BoundPorts, Config, Overrides, RedisTarget};
+use crate::config::{BoundPorts, Config, ListenerLimits, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
 use crate::egress::Egress;
 use crate::embedded::EmbeddedRedis;
@@ -57,6 +57,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
         std::fs::write(p, std::process::id().to_string()).with_context(|| format!("pid file {}", p.display()))?;
     }
     announce(&config, &opts.config.config, embedded.as_ref());
+    warn_if_short_of_files(&config);
     let handed_over = Arc::new(AtomicBool::new(false));
     server.run(RunArgs {
         shutdown_signal: Box::new(signals::Signals {
@@ -91,8 +92,12 @@ fn redis(config: &Config, opts: &RunOpts) -> anyhow::Result<(Option<EmbeddedRedi
     })
 }
 
-/// The Slack listener (behind its connection guard), the delivery workers, the admin listener
-/// and the reloader, all sharing `shared`.
+/// Probes, a scraper and an operator: the admin listener needs few connections, and a flood of
+/// them must not take the file descriptors the Slack listener needs.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// The Slack listener, the egress and the admin listener (each behind its connection guard),
+/// the delivery workers and the reloader, all sharing `shared`.
 fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis: &Endpoint) {
     let ingress = Ingress::new(live.clone(), shared.clone(), redis.clone());
     let proxy = pingora::proxy::http_proxy(&server.configuration, ingress);
@@ -101,14 +106,21 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
     server.add_service(service);
     let delivery = DeliveryService::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("delivery", delivery));
+    // The other listeners get the Slack listener's deadlines: a half-sent request or an idle
+    // socket on them holds memory and file descriptors just the same.
     if let Some(addr) = &config.server.admin_listen {
-        let mut admin = Service::new("admin".into(), Admin::new(live.clone(), shared.clone(), redis.clone()));
+        let admin = Admin::new(live.clone(), shared.clone(), redis.clone());
+        let limits = ListenerLimits {
+            max_connections: config.server.limits.max_connections.min(ADMIN_MAX_CONNECTIONS),
+            ..config.server.limits
+        };
+        let mut admin = Service::new("admin".into(), Guarded::uncounted(admin, limits));
         admin.add_tcp(addr);
         server.add_service(admin);
     }
     if let Some(addr) = &config.egress.listen {
         let egress = Egress::new(Arc::new(config.clone()), shared.clone(), redis.clone());
-        let mut service = Service::new("egress".into(), egress);
+        let mut service = Service::new("egress".into(), Guarded::uncounted(egress, config.server.limits));
         service.add_tcp(addr);
         server.add_service(service);
     }
@@ -174,6 +186,39 @@ fn preflight(config: &mut Config) -> anyhow::Result<BoundPorts> {
     Ok(bound)
 }
 
+/// The connections all listeners may hold at once, each one a file descriptor.
+fn connection_caps(config: &Config) -> usize {
+    let cap = config.server.limits.max_connections;
+    let admin = config.server.admin_listen.as_ref().map_or(0, |_| cap.min(ADMIN_MAX_CONNECTIONS));
+    let egress = config.egress.listen.as_ref().map_or(0, |_| cap);
+    cap + admin + egress
+}
+
+/// Warn when the process may open fewer files than its listeners may hold connections: past
+/// the limit every `accept` fails, on the Slack listener too, whichever listener took them.
+fn warn_if_short_of_files(config: &Config) {
+    let caps = connection_caps(config);
+    // Linux says it in /proc; elsewhere nothing is checked.
+    let Some(limit) = std::fs::read_to_string("/proc/self/limits").ok().as_deref().and_then(open_files_limit) else {
+        return;
+    };
+    // Redis connections, the pooled clients and the process's own files need some too.
+    if limit < caps as u64 + 256 {
+        tracing::warn!(
+            open_files = limit,
+            connections = caps,
+            "the listeners may hold more connections than this process may open files: raise its limit \
+             (ulimit -n, systemd LimitNOFILE=) or lower server.max_connections"
+        );
+    }
+}
+
+/// The soft `Max open files` of a `/proc/<pid>/limits` text; `None` when unlimited or absent.
+fn open_files_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
+}
+
 /// The one line a user needs at start: where Slack and the admin API are served, which Redis,
 /// and each app's routes and bot.
 fn announce(config: &Config, path: &Path, embedded: Option<&EmbeddedRedis>) {
@@ -233,4 +278,19 @@ pub(crate) fn reload(pid_file: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(status.success(), "cannot signal process {pid}");
     println!("sent SIGHUP to {pid}; the gateway's log says whether the new config was taken");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_files_limit_is_read_from_proc() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max processes             63432                63432                processes \n\
+                      Max open files            1024                 524288               files     \n";
+        assert_eq!(open_files_limit(limits), Some(1024));
+        assert_eq!(open_files_limit("Max open files            unlimited            unlimited            files"), None);
+        assert_eq!(open_files_limit(""), None);
+    }
 }

@@ -12,10 +12,12 @@ use crate::secret::Secret;
 /// A call, read whole.
 pub struct Call {
     pub method: String,
+    /// As the bot sent it: a GET stays a GET (its arguments are in the query).
+    pub verb: Verb,
     /// `/api/<method>` plus the query, as it goes to Slack.
     pub path_and_query: String,
-    pub content_type: Option<String>,
-    pub authorization: Option<String>,
+    /// The bot's end-to-end headers, as they go to Slack (`headers::toward_slack`).
+    pub headers: http::HeaderMap,
     pub idempotency_key: Option<String>,
     pub body: Bytes,
     /// The token, from the bearer header or the body; never logged or stored.
@@ -38,6 +40,31 @@ impl Fields {
     /// acts on.
     pub fn thread(&self) -> Option<&str> {
         self.thread_ts.as_deref().or(self.ts.as_deref())
+    }
+}
+
+/// The HTTP methods the Web API takes: its arguments in the query (GET) or the body (POST).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    Post,
+}
+
+impl Verb {
+    /// `None` for any other method: the egress answers it 405 and sends nothing.
+    pub fn of(method: &http::Method) -> Option<Verb> {
+        match *method {
+            http::Method::GET => Some(Verb::Get),
+            http::Method::POST => Some(Verb::Post),
+            _ => None,
+        }
+    }
+
+    pub fn as_http(self) -> http::Method {
+        match self {
+            Verb::Get => http::Method::GET,
+            Verb::Post => http::Method::POST,
+        }
     }
 }
 
@@ -108,6 +135,15 @@ mod tests {
         assert_eq!(method_of("/api/"), None);
         assert_eq!(method_of("/slack/events"), None);
         assert_eq!(method_of("/api/chat.postMessage/../x"), None);
+    }
+
+    #[test]
+    fn only_get_and_post_are_calls() {
+        assert_eq!(Verb::of(&http::Method::GET), Some(Verb::Get));
+        assert_eq!(Verb::of(&http::Method::POST).map(Verb::as_http), Some(http::Method::POST));
+        for m in [http::Method::DELETE, http::Method::PUT, http::Method::HEAD, http::Method::PATCH] {
+            assert_eq!(Verb::of(&m), None, "{m}");
+        }
     }
 
     #[test]

@@ -73,5 +73,6 @@ fn found(page: &Value, who: &Identity, channel: &str, text: &str) -> Option<Cach
         content_type: "application/json; charset=utf-8".into(),
         body: body.to_string().into(),
         retry_after: None,
+        headers: Vec::new(),
     })
 }

@@ -3,6 +3,8 @@
 //! happen once, are paced, and are withheld when their source is gone (see `write`).
 //!
 //! - `call`: one call as the bot sent it, and the fields of a write.
+//! - `headers`: which headers cross the egress, both ways.
+//! - `read`: the read path, streamed.
 //! - `write`: the write path — attribution, re-runs, pacing, Slack's 429s; `keyed`
 //!   (`Idempotency-Key`) and `retry` (a client's own retry) in front of it, their in-flight
 //!   claims kept as leases (`lease`); `uncertain` (and `look`) for an answer lost on the way.
@@ -10,10 +12,12 @@
 //! - `store`, `scripts`, `notes`: the records in Redis; the withheld and unknown notes.
 
 mod call;
+mod headers;
 mod keyed;
 mod lease;
 mod look;
 mod notes;
+mod read;
 mod retry;
 mod scripts;
 mod slack_api;
@@ -39,12 +43,15 @@ use crate::config::{Config, EgressConfig};
 use crate::outbox;
 use crate::outbox::Endpoint;
 use crate::shared::Shared;
-use call::Call;
+use call::{Call, Verb};
 use slack_api::SlackApi;
 use store::Cached;
 
 /// Bodies of Web API calls are read up to this size.
 const MAX_CALL_BODY: usize = 8 << 20;
+/// What the egress buffers of an answer of Slack's: a write's (kept for its replays) and its
+/// own calls' (`auth.test`, the history it reconciles against). Reads are streamed, unbounded.
+const MAX_KEPT_ANSWER: usize = 8 << 20;
 
 /// How a call through the egress ended, as the `egress_calls_total` outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +138,7 @@ impl Reply {
             content_type: "application/json; charset=utf-8".into(),
             body: Bytes::from(json.to_string()),
             retry_after,
+            headers: Vec::new(),
         };
         Reply::new(answer, outcome)
     }
@@ -170,20 +178,6 @@ impl Egress {
     fn count(&self, class: &str, outcome: Outcome) {
         self.shared.metrics.egress.calls.with_label_values(&[class, outcome.as_label()]).inc();
     }
-
-    /// A read (or an unknown method): straight to Slack and back, with no Redis on its path.
-    async fn read(&self, call: &Call) -> Reply {
-        let started = std::time::Instant::now();
-        let result = self.slack.forward(call, self.cfg().timeout).await;
-        self.shared.metrics.egress.slack_seconds.with_label_values(&["read"]).observe(started.elapsed().as_secs_f64());
-        match result {
-            Ok(r) => Reply::new(cached(r), Outcome::Forwarded),
-            Err(e) => {
-                debug!(method = %call.method, error = %e, "Slack did not answer a read");
-                Reply::error(502, "slackgate_upstream_error", Outcome::Failed)
-            }
-        }
-    }
 }
 
 /// Slack's answer as the egress keeps it.
@@ -193,6 +187,7 @@ fn cached(r: crate::upstream::Response) -> Cached {
         content_type: r.content_type.unwrap_or_else(|| "application/json".into()),
         body: r.body,
         retry_after: r.retry_after.map(|d| d.as_secs()),
+        headers: headers::kept(&r.headers),
     }
 }
 
@@ -210,33 +205,82 @@ async fn respond(session: &mut ServerSession, reply: &Reply) -> bool {
             return false;
         }
     }
+    for (k, v) in &a.headers {
+        // A stored header that is no longer valid is left out, not the answer.
+        let _ = head.append_header(k.clone(), v.as_str());
+    }
     session.write_response_header(Box::new(head)).await.is_ok()
         && session.write_response_body(a.body.clone(), true).await.is_ok()
         && session.finish_body().await.is_ok()
 }
 
-/// Read one call whole; `Err` with the reply for a bad request.
-async fn read_call(session: &mut ServerSession) -> Result<Call, Reply> {
+/// Read one call whole, its body within `body_timeout`; `Err` with the reply for a bad request.
+async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Result<Call, Reply> {
     let head = session.req_header();
+    // An absolute-form target (`POST http://host/api/…`) is read as its path (RFC 9112
+    // §3.2.2); Pingora has refused one whose authority is not its `Host`.
     let path = head.uri.path();
     let Some(method) = call::method_of(path) else { return Err(Reply::error(404, "unknown_method", Outcome::Failed)) };
+    let Some(verb) = Verb::of(&head.method) else {
+        let mut reply = Reply::error(405, "method_not_allowed", Outcome::Failed);
+        reply.headers.push(("Allow", "GET, POST"));
+        return Err(reply);
+    };
     let method = method.to_string();
     let path_and_query = head.uri.path_and_query().map_or(path, |p| p.as_str()).to_string();
     let header = |name: &str| head.headers.get(name).and_then(|v| v.to_str().ok()).map(String::from);
     let (content_type, authorization) = (header("content-type"), header("authorization"));
     let idempotency_key = header("idempotency-key").filter(|k| !k.is_empty());
+    let forwarded = headers::toward_slack(&head.headers);
+    let body = match tokio::time::timeout(body_timeout, read_body(session)).await {
+        Ok(body) => body?,
+        Err(_) => return Err(Reply::error(408, "request_timeout", Outcome::Failed)),
+    };
+    let (fields, body_token) = call::fields(content_type.as_deref(), &body);
+    let token = call::token(authorization.as_deref(), body_token);
+    Ok(Call { method, verb, path_and_query, idempotency_key, headers: forwarded, body: body.into(), token, fields })
+}
+
+async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, Reply> {
+    let too_large = || Reply::error(413, "request_too_large", Outcome::Failed);
+    // A length over the cap is refused before a byte of it is read.
+    let declared = session.req_header().headers.get(http::header::CONTENT_LENGTH);
+    if declared.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok()).is_some_and(|n| n > MAX_CALL_BODY as u64) {
+        return Err(too_large());
+    }
     let mut body = Vec::new();
     loop {
         match session.read_request_body().await {
             Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_CALL_BODY => body.extend_from_slice(&chunk),
-            Ok(Some(_)) => return Err(Reply::error(413, "request_too_large", Outcome::Failed)),
-            Ok(None) => break,
+            Ok(Some(_)) => return Err(too_large()),
+            Ok(None) => return Ok(body),
             Err(_) => return Err(Reply::error(400, "bad_request", Outcome::Failed)),
         }
     }
-    let (fields, body_token) = call::fields(content_type.as_deref(), &body);
-    let token = call::token(authorization.as_deref(), body_token);
-    Ok(Call { method, path_and_query, content_type, authorization, idempotency_key, body: body.into(), token, fields })
+}
+
+/// Read the next request's head; `false` when there is none to serve. A head that does not
+/// parse (a bare CR, an obs-fold, two lengths, an HTTP/2 preface, …) is answered 400 here:
+/// Pingora's own HTTP app would close it without a word.
+async fn read_head(session: &mut ServerSession) -> bool {
+    match session.read_request().await {
+        Ok(read) => read,
+        Err(e) if *e.etype() == pingora::ErrorType::InvalidHTTPHeader => {
+            // The error's context holds the request's bytes (a token among them): only its kind.
+            debug!(error = e.etype().as_str(), "a broken request to the egress");
+            let reply = Reply::error(400, "invalid_request", Outcome::Failed);
+            let a = &reply.answer;
+            if let Ok(mut head) = ResponseHeader::build(400, Some(2)) {
+                let _ = head.insert_header("Content-Type", a.content_type.as_str());
+                let _ = head.insert_header("Content-Length", a.body.len().to_string());
+                // Writes the answer and turns keep-alive off.
+                let _ = session.write_error_response(head, a.body.clone()).await;
+            }
+            session.shutdown().await;
+            false
+        }
+        Err(_) => false,
+    }
 }
 
 #[async_trait]
@@ -246,18 +290,22 @@ impl HttpServerApp for Egress {
         mut session: ServerSession,
         _shutdown: &ShutdownWatch,
     ) -> Option<ReusedHttpStream> {
-        if !session.read_request().await.ok()? {
+        if !read_head(&mut session).await {
             return None;
         }
+        // A client that takes no byte of its answer (a read streams without end) for a body
+        // deadline holds the connection no longer.
+        session.set_write_timeout(Some(self.config.server.limits.body_timeout));
         let _in_flight = self.shared.drain.enter(crate::drain::Work::Request);
-        let delivered = match read_call(&mut session).await {
-            Err(reply) => respond(&mut session, &reply).await,
-            Ok(call) if self.cfg().is_write(&call.method) => self.write(call, &mut session).await,
-            Ok(call) => {
-                let reply = self.read(&call).await;
-                self.count("read", reply.outcome);
-                respond(&mut session, &reply).await
+        let delivered = match read_call(&mut session, self.config.server.limits.body_timeout).await {
+            Err(reply) => {
+                // The body may be unread: this connection serves nothing more.
+                session.set_keepalive(None);
+                respond(&mut session, &reply).await;
+                return None;
             }
+            Ok(call) if self.cfg().is_write(&call.method) => self.write(call, &mut session).await,
+            Ok(call) => self.read(&call, &mut session).await,
         };
         if !delivered {
             return None;

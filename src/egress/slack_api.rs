@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper::body::Incoming;
 use serde_json::Value;
 
-use super::call::Call;
+use super::call::{Call, Verb};
+use super::MAX_KEPT_ANSWER;
 use crate::config::Upstream;
 use crate::secret::Secret;
 use crate::upstream::{Response, SendError, UpstreamClient};
@@ -21,6 +23,15 @@ pub struct Identity {
     pub team: String,
     pub user_id: String,
     pub bot_id: String,
+}
+
+/// Which `Accept-Encoding` goes to Slack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    /// The bot's own: the answer is streamed to it untouched.
+    AsAsked,
+    /// `identity`: the egress reads the answer.
+    Identity,
 }
 
 /// How long a token's identity is trusted.
@@ -44,17 +55,35 @@ impl SlackApi {
         format!("{scheme}://{}{}{tail}", self.base.authority(), self.base.path.as_deref().unwrap_or("/"))
     }
 
-    /// The bot's call, as it sent it: body, content type and `Authorization` unchanged.
+    /// The bot's call as it sent it: its method, target, end-to-end headers and body; the
+    /// length is the body's (an empty POST says `Content-Length: 0`, as Slack wants it).
+    fn request(&self, call: &Call, encoding: Encoding) -> Result<http::Request<Full<Bytes>>, SendError> {
+        let uri = self.url(&call.path_and_query).parse::<http::Uri>().map_err(|e| SendError::Request(e.to_string()))?;
+        let mut req = http::Request::new(Full::new(call.body.clone()));
+        *req.method_mut() = call.verb.as_http();
+        *req.uri_mut() = uri;
+        let headers = req.headers_mut();
+        *headers = call.headers.clone();
+        if encoding == Encoding::Identity {
+            headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        }
+        if call.verb == Verb::Post || !call.body.is_empty() {
+            headers.insert(http::header::CONTENT_LENGTH, call.body.len().into());
+        }
+        Ok(req)
+    }
+
+    /// A write: its answer read whole (the egress parses and keeps it), so in plain bytes.
     pub async fn forward(&self, call: &Call, timeout: Duration) -> Result<Response, SendError> {
-        let mut req = http::Request::post(self.url(&call.path_and_query));
-        if let Some(ct) = &call.content_type {
-            req = req.header(http::header::CONTENT_TYPE, ct);
-        }
-        if let Some(auth) = &call.authorization {
-            req = req.header(http::header::AUTHORIZATION, auth);
-        }
-        let req = req.body(Full::new(call.body.clone())).map_err(|e| SendError::Request(e.to_string()))?;
-        self.client.call(req, timeout).await
+        let req = self.request(call, Encoding::Identity)?;
+        self.client.call(req, timeout, MAX_KEPT_ANSWER).await
+    }
+
+    /// A read: its answer's head within `timeout`; the body is the caller's to stream, in
+    /// whatever encoding the bot asked for.
+    pub async fn open(&self, call: &Call, timeout: Duration) -> Result<http::Response<Incoming>, SendError> {
+        let req = self.request(call, Encoding::AsAsked)?;
+        self.client.open(req, timeout).await
     }
 
     /// A call of the egress's own, with the bot's token, form-encoded.
@@ -76,7 +105,7 @@ impl SlackApi {
             .header(http::header::AUTHORIZATION, format!("Bearer {}", String::from_utf8_lossy(token.expose())))
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| SendError::Request(e.to_string()))?;
-        self.client.call(req, Duration::from_secs(5)).await
+        self.client.call(req, Duration::from_secs(5), MAX_KEPT_ANSWER).await
     }
 
     /// Who `token` is (team, bot user and bot id), from a cached `auth.test`.

@@ -25,25 +25,51 @@ pub struct Cached {
     pub content_type: String,
     pub body: Bytes,
     pub retry_after: Option<u64>,
+    /// The small set of Slack's headers the answer keeps (`egress::headers::kept`).
+    pub headers: Vec<(String, String)>,
 }
 
 impl Cached {
     fn args(&self) -> [Vec<u8>; 4] {
         [
             self.status.to_string().into_bytes(),
-            self.content_type.clone().into_bytes(),
+            self.content_type_and_headers().into_bytes(),
             self.body.to_vec(),
             self.retry_after.map(|s| s.to_string()).unwrap_or_default().into_bytes(),
         ]
+    }
+
+    /// The content type, then one `name: value` line per kept header. They share the stored
+    /// content type's field, so that the scripts and the records written before the headers
+    /// were kept stay as they are: a header value never holds a line break, so a record
+    /// without one is a content type with no headers.
+    fn content_type_and_headers(&self) -> String {
+        let mut out = self.content_type.clone();
+        for (name, value) in &self.headers {
+            out.push('\n');
+            out.push_str(name);
+            out.push_str(": ");
+            out.push_str(value);
+        }
+        out
+    }
+
+    fn split_content_type(field: &str) -> (String, Vec<(String, String)>) {
+        let mut lines = field.split('\n');
+        let content_type = lines.next().unwrap_or_default().to_string();
+        let headers = lines.filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        (content_type, headers)
     }
 
     fn from_parts(parts: &[Value]) -> Option<Cached> {
         let text =
             |i: usize| parts.get(i).and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok()).unwrap_or_default();
         let status = String::from_utf8(text(0)).ok()?.parse().ok()?;
+        let (content_type, headers) = Cached::split_content_type(&String::from_utf8_lossy(&text(1)));
         Some(Cached {
             status,
-            content_type: String::from_utf8_lossy(&text(1)).into_owned(),
+            content_type,
+            headers,
             body: Bytes::from(text(2)),
             retry_after: String::from_utf8(text(3)).ok().and_then(|s| s.parse().ok()),
         })
@@ -444,4 +470,25 @@ fn lease_of(record: &str) -> String {
 /// The `i`-th part of a script's reply as text ("" when absent).
 fn text_at(reply: &[Value], i: usize) -> String {
     reply.get(i).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_headers_ride_in_the_content_type_field_and_old_records_read_as_none() {
+        let c = Cached {
+            status: 200,
+            content_type: "application/json; charset=utf-8".into(),
+            body: Bytes::from_static(b"{}"),
+            retry_after: None,
+            headers: vec![("x-oauth-scopes".into(), "chat:write, channels:read".into())],
+        };
+        let parts: Vec<Value> = c.args().into_iter().map(Value::BulkString).collect();
+        assert_eq!(Cached::from_parts(&parts), Some(c.clone()));
+        let old = [b"200".to_vec(), b"application/json".to_vec(), b"{}".to_vec(), Vec::new()];
+        let old = Cached::from_parts(&old.map(Value::BulkString)).unwrap();
+        assert_eq!((old.content_type.as_str(), old.headers.len()), ("application/json", 0));
+    }
 }

@@ -305,9 +305,9 @@ mod tests {
         let (fields, body_token) = call::fields(None, body.as_bytes());
         Call {
             method: "chat.postMessage".into(),
+            verb: call::Verb::Post,
             path_and_query: path_and_query.into(),
-            content_type: None,
-            authorization: None,
+            headers: http::HeaderMap::new(),
             idempotency_key: None,
             body: body.to_string().into(),
             token: call::token(None, body_token),

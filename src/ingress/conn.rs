@@ -4,12 +4,15 @@
 //! for as long as it likes. [`Guarded`] wraps Pingora's HTTP app and gives each connection:
 //!
 //! - `header_timeout` to send its complete request headers (from the connection's start, or
-//!   from the first byte of a later request on a kept-alive connection);
-//! - `idle_timeout` between the end of one answer and the first byte of the next request;
+//!   from the first byte of a later request line on a kept-alive connection);
+//! - `idle_timeout` between the end of one answer and the first byte of the next request line
+//!   (empty lines before it are skipped, as the parser skips them, and start nothing);
 //! - a place among at most `max_connections`: the excess is closed at once, unanswered.
 //!
+//! The egress and admin listeners stand behind the same guard, each with its own count.
+//!
 //! The body has its own deadline, `body_timeout`, enforced where the body is read (the
-//! ingress, and Pingora's per-read timeout on passthrough). A connection past a deadline is
+//! ingress, the egress, and Pingora's per-read timeout on passthrough). A connection past a deadline is
 //! dropped by cancelling its task: nothing is half-recorded (a request in its header phase has
 //! done nothing yet) and no error line is written per slow client; they are counted in
 //! `slackgate_connections_closed_total{reason}`.
@@ -57,27 +60,39 @@ impl Closed {
 pub struct Guarded<A> {
     inner: Arc<A>,
     limits: ListenerLimits,
-    shared: Arc<Shared>,
+    /// Where the connections are counted: the `connections_*` series are the Slack listener's
+    /// (they carry no listener label), so the egress and admin guards count nowhere.
+    metered: Option<Arc<Shared>>,
     open: AtomicUsize,
 }
 
 impl<A> Guarded<A> {
+    /// The Slack listener's guard, counted in `slackgate_connections_*`.
     pub fn new(inner: A, limits: ListenerLimits, shared: Arc<Shared>) -> Self {
-        Guarded { inner: Arc::new(inner), limits, shared, open: AtomicUsize::new(0) }
+        Guarded { inner: Arc::new(inner), limits, metered: Some(shared), open: AtomicUsize::new(0) }
+    }
+
+    /// The guard of another listener (egress, admin): the same limits, not counted.
+    pub fn uncounted(inner: A, limits: ListenerLimits) -> Self {
+        Guarded { inner: Arc::new(inner), limits, metered: None, open: AtomicUsize::new(0) }
     }
 
     fn closed(&self, reason: Closed) {
-        self.shared.metrics.connections_closed.with_label_values(&[reason.as_label()]).inc();
+        if let Some(shared) = &self.metered {
+            shared.metrics.connections_closed.with_label_values(&[reason.as_label()]).inc();
+        }
     }
 }
 
 /// One open connection, counted until dropped.
-struct Slot<'a>(&'a AtomicUsize, &'a Shared);
+struct Slot<'a>(&'a AtomicUsize, Option<&'a Shared>);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-        self.1.metrics.connections_open.dec();
+        if let Some(shared) = self.1 {
+            shared.metrics.connections_open.dec();
+        }
     }
 }
 
@@ -89,8 +104,11 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
             self.closed(Closed::OverLimit);
             return None;
         }
-        self.shared.metrics.connections_open.inc();
-        let _slot = Slot(&self.open, &self.shared);
+        let metered = self.metered.as_deref();
+        if let Some(shared) = metered {
+            shared.metrics.connections_open.inc();
+        }
+        let _slot = Slot(&self.open, metered);
         let clock = Arc::new(Clock::new(self.limits.header_timeout));
         let guarded = GuardedStream { inner: stream, clock: clock.clone(), limits: self.limits };
         let watchdog = async {
@@ -134,8 +152,59 @@ struct Clock {
     /// Milliseconds after `start`; `u64::MAX` when no deadline is armed.
     deadline_ms: AtomicU64,
     changed: Notify,
-    /// The end-of-headers scan: how much of `\n` `[\r]` `\n` has been seen.
+    /// Where the head scan is (a [`Scan`]).
     scan: AtomicU8,
+}
+
+/// The scan of a request head for its end, one byte at a time.
+///
+/// Empty lines before the request line are skipped, as the HTTP parser skips them (RFC 9112
+/// §2.2): they neither begin a request nor end one, so a client sending only CRLFs stays under
+/// the deadline it was under (`idle_timeout` between requests, `header_timeout` on a new
+/// connection) instead of passing for a complete head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Scan {
+    /// No byte of the request line yet (only empty lines, if anything).
+    BeforeRequest = 0,
+    /// Inside a line of the head.
+    InLine = 1,
+    /// Just after a line's `\n`: another `\n` (bare LF, which the parser accepts) ends the head.
+    LineEnd = 2,
+    /// `\n` `\r`: a `\n` now ends the head.
+    LineEndCr = 3,
+}
+
+impl Scan {
+    fn from_u8(v: u8) -> Scan {
+        match v {
+            0 => Scan::BeforeRequest,
+            1 => Scan::InLine,
+            2 => Scan::LineEnd,
+            _ => Scan::LineEndCr,
+        }
+    }
+
+    /// The next state, or `None` when `b` ends the head.
+    fn next(self, b: u8) -> Option<Scan> {
+        Some(match (self, b) {
+            (Scan::BeforeRequest, b'\r' | b'\n') => Scan::BeforeRequest,
+            (Scan::LineEnd | Scan::LineEndCr, b'\n') => return None,
+            (Scan::LineEnd, b'\r') => Scan::LineEndCr,
+            (_, b'\n') => Scan::LineEnd,
+            _ => Scan::InLine,
+        })
+    }
+}
+
+/// What one read did to the request head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// Nothing of a request yet: no bytes, or only empty lines.
+    NotBegun,
+    /// The request line has begun; the head is not complete.
+    Begun,
+    Complete,
 }
 
 const NO_DEADLINE: u64 = u64::MAX;
@@ -193,23 +262,26 @@ impl Clock {
         }
     }
 
-    /// Feed request bytes to the end-of-headers scan; `true` once an empty line is seen
-    /// (`\r\n\r\n`, or bare `\n\n`, which the HTTP parser also accepts).
-    fn headers_end_in(&self, bytes: &[u8]) -> bool {
-        let mut state = self.scan.load(Ordering::Relaxed);
+    /// Feed request bytes to the head scan. A complete head ends at an empty line after the
+    /// request line (`\r\n\r\n`, or bare `\n\n`, which the HTTP parser also accepts); the scan
+    /// then starts over for the next request.
+    fn scan_head(&self, bytes: &[u8]) -> Head {
+        let mut state = Scan::from_u8(self.scan.load(Ordering::Relaxed));
         for &b in bytes {
-            state = match (state, b) {
-                (_, b'\n') if state >= 1 => {
-                    self.scan.store(0, Ordering::Relaxed);
-                    return true;
+            match state.next(b) {
+                Some(next) => state = next,
+                None => {
+                    self.scan.store(Scan::BeforeRequest as u8, Ordering::Relaxed);
+                    return Head::Complete;
                 }
-                (_, b'\n') => 1,
-                (1, b'\r') => 2,
-                _ => 0,
-            };
+            }
         }
-        self.scan.store(state, Ordering::Relaxed);
-        false
+        self.scan.store(state as u8, Ordering::Relaxed);
+        if state == Scan::BeforeRequest {
+            Head::NotBegun
+        } else {
+            Head::Begun
+        }
     }
 }
 
@@ -229,13 +301,15 @@ impl std::fmt::Debug for GuardedStream {
 impl GuardedStream {
     fn on_read(&self, bytes: &[u8]) {
         let clock = &self.clock;
-        let mut phase = clock.phase();
-        if phase == Phase::Idle && !bytes.is_empty() {
-            clock.enter(Phase::Headers, Some(self.limits.header_timeout));
-            phase = Phase::Headers;
+        let phase = clock.phase();
+        if !matches!(phase, Phase::Idle | Phase::Headers) {
+            return;
         }
-        if phase == Phase::Headers && clock.headers_end_in(bytes) {
-            clock.enter(Phase::Open, None);
+        match clock.scan_head(bytes) {
+            Head::NotBegun => {}
+            Head::Begun if phase == Phase::Idle => clock.enter(Phase::Headers, Some(self.limits.header_timeout)),
+            Head::Begun => {}
+            Head::Complete => clock.enter(Phase::Open, None),
         }
     }
 }
@@ -360,12 +434,26 @@ mod tests {
     #[test]
     fn the_end_of_headers_is_found_across_reads() {
         let c = Clock::new(Duration::from_secs(1));
-        assert!(!c.headers_end_in(b"POST / HTTP/1.1\r\nHost: a\r\n"));
-        assert!(!c.headers_end_in(b"\r"));
-        assert!(c.headers_end_in(b"\nbody"));
-        assert!(c.headers_end_in(b"GET / HTTP/1.1\nHost: a\n\n"), "bare LF");
-        assert!(!c.headers_end_in(b"GET / HTTP/1.1\r\nA: \rb\r\n"));
-        assert!(c.headers_end_in(b"\r\n"));
+        assert_eq!(c.scan_head(b"POST / HTTP/1.1\r\nHost: a\r\n"), Head::Begun);
+        assert_eq!(c.scan_head(b"\r"), Head::Begun);
+        assert_eq!(c.scan_head(b"\nbody"), Head::Complete);
+        assert_eq!(c.scan_head(b"GET / HTTP/1.1\nHost: a\n\n"), Head::Complete, "bare LF");
+        assert_eq!(c.scan_head(b"GET / HTTP/1.1\r\nA: \rb\r\n"), Head::Begun);
+        assert_eq!(c.scan_head(b"\r\n"), Head::Complete);
+    }
+
+    #[test]
+    fn empty_lines_before_the_request_line_are_no_head() {
+        let c = Clock::new(Duration::from_secs(1));
+        assert_eq!(c.scan_head(b""), Head::NotBegun);
+        for _ in 0..3 {
+            assert_eq!(c.scan_head(b"\r\n\r\n\n\n\r\n"), Head::NotBegun);
+        }
+        assert_eq!(c.scan_head(b"\r\nGET / HTTP/1.1\r\n"), Head::Begun);
+        assert_eq!(c.scan_head(b"Host: a\r\n\r\n"), Head::Complete);
+        // The next request on the connection may have its own leading empty lines.
+        assert_eq!(c.scan_head(b"\r\n\r\n"), Head::NotBegun);
+        assert_eq!(c.scan_head(b"\r\nGET / HTTP/1.1\r\n\r\n"), Head::Complete);
     }
 
     #[tokio::test(start_paused = true)]

@@ -44,8 +44,10 @@ const app = new App({
 
 app.event('app_mention', async ({ event, say }) => {
   if (API_URL) {
-    await say({ text: `on it: ${event.text}`, thread_ts: event.ts });
+    const reply = await say({ text: `on it: ${event.text}`, thread_ts: event.ts });
     handled(`replied ${event.ts}`);
+    // @slack/web-api reads the token's scopes from Slack's answer headers.
+    handled(`scopes ${(reply.response_metadata?.scopes ?? []).join(',')}`);
   }
   if (SLOW > 0) {
     await sleep(SLOW);

@@ -78,8 +78,11 @@ app = App(
 @app.event("app_mention")
 def on_app_mention(event, say):
     if API_URL:
-        say(text=f"on it: {event.get('text')}", thread_ts=event.get("ts"))
+        reply = say(text=f"on it: {event.get('text')}", thread_ts=event.get("ts"))
         handled(f"replied {event.get('ts')}")
+        # The token's scopes, from Slack's answer headers as the client got them.
+        scopes = next((v for k, v in reply.headers.items() if k.lower() == "x-oauth-scopes"), "")
+        handled(f"scopes {scopes}")
     if SLOW > 0:
         time.sleep(SLOW)
     if SLOW_ONCE > 0 and event.get("ts") not in SEEN:

@@ -394,6 +394,16 @@ async fn reply_posts_once_across_a_redelivery_with_rerun_replay(kind: Bolt) {
     assert!(metric(r.rig.gw.admin_port, replayed).await >= 1.0, "{}", r.logs());
 }
 
+/// The bot's Web API client sees Slack's answer headers through the egress: `@slack/web-api`
+/// reads the token's scopes from them (`response_metadata.scopes`), `slack_sdk` keeps them.
+async fn the_client_sees_slacks_answer_headers(kind: Bolt) {
+    let delivery = r#"{ timeout = "5s", retry_initial = "100ms", retry_max = "400ms", lease = "10s" }"#;
+    let r = EgressRig::start(kind, "scopes", "", delivery, &[]).await;
+    r.mention("EvEgScopes1", "1700000500.000100").await;
+    assert!(eventually(Duration::from_secs(20), || r.rig.app.handled("scopes") == 1).await, "{}", r.logs());
+    assert_eq!(r.rig.app.handled_lines("scopes"), ["HANDLED scopes chat:write,channels:history"], "{}", r.logs());
+}
+
 /// One `#[tokio::test]` per framework for a scenario.
 macro_rules! for_both {
     ($scenario:ident => $python:ident, $js:ident) => {
@@ -433,3 +443,6 @@ for_both!(reply_posts_once_across_a_client_retry
 for_both!(reply_posts_once_across_a_redelivery_with_rerun_replay
     => python_reply_posts_once_across_a_redelivery_with_rerun_replay,
        js_reply_posts_once_across_a_redelivery_with_rerun_replay);
+for_both!(the_client_sees_slacks_answer_headers
+    => python_the_client_sees_slacks_answer_headers,
+       js_the_client_sees_slacks_answer_headers);

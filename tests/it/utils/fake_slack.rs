@@ -2,7 +2,9 @@
 //! the messages `chat.postMessage` posts and serves them back from `conversations.history` and
 //! `conversations.replies`, and can be told how to answer the next writes: late (after
 //! recording), not at all (the connection dropped after recording), with an error, or 429; how
-//! to answer the next looks into history; and who each token is (`auth.test`).
+//! to answer the next looks into history; and who each token is (`auth.test`). Every answer
+//! carries Slack's headers (`X-Slack-Req-Id`, the OAuth scopes); `test.large` answers a read of
+//! any size.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -33,6 +35,8 @@ pub enum Behaviour {
     NotOk(&'static str),
     /// 429 with this `Retry-After`, not recorded.
     RateLimited(u64),
+    /// 429 with this `Retry-After` text as it is (a hostile or odd value), not recorded.
+    RateLimitedRaw(&'static str),
 }
 
 /// How the fake answers one look into history (`conversations.history` or `.replies`).
@@ -49,6 +53,9 @@ pub enum Look {
 #[derive(Clone, Debug)]
 pub struct ApiCall {
     pub method: String,
+    /// The HTTP method and query the call came with.
+    pub verb: hyper::Method,
+    pub query: Option<String>,
     pub headers: hyper::HeaderMap,
     pub body: Bytes,
     pub at: std::time::Instant,
@@ -153,16 +160,49 @@ fn answer(status: u16, body: Value, retry_after: Option<u64>) -> Response<Full<B
     r.body(Full::new(Bytes::from(body.to_string()))).unwrap()
 }
 
+/// Slack's own answer headers on every answer (as the real Web API sends them): a request id
+/// per call and the token's scopes, which `@slack/web-api` reads.
 async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::io::Error> {
+    let n = st.calls.lock().unwrap().len() + 1;
+    let mut resp = answer_call(st, req).await?;
+    let h = resp.headers_mut();
+    if !h.contains_key("x-slack-req-id") {
+        h.insert("x-slack-req-id", format!("req-{n}").parse().unwrap());
+    }
+    h.insert("x-oauth-scopes", "chat:write,channels:history".parse().unwrap());
+    h.insert("x-accepted-oauth-scopes", "chat:write".parse().unwrap());
+    Ok(resp)
+}
+
+/// `test.large?bytes=N`: a read whose answer is a JSON document of about N bytes.
+fn large(query: Option<&str>) -> Response<Full<Bytes>> {
+    let n: usize = query
+        .and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "bytes"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let body = format!("{{\"ok\":true,\"pad\":\"{}\"}}", "x".repeat(n));
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json; charset=utf-8")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
+}
+
+async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::io::Error> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let method = parts.uri.path().trim_start_matches("/api/").to_string();
     st.calls.lock().unwrap().push(ApiCall {
         method: method.clone(),
+        verb: parts.method.clone(),
+        query: parts.uri.query().map(String::from),
         headers: parts.headers.clone(),
         body: body.clone(),
         at: std::time::Instant::now(),
     });
+    if method == "test.large" {
+        return Ok(large(parts.uri.query()));
+    }
     let mut f = fields(&parts.headers, &body);
     // Arguments may come in the query too, as Slack takes them.
     for (k, v) in form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()) {
@@ -173,6 +213,11 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<
     match behaviour {
         Some(Behaviour::Status(s)) => return Ok(answer(s, json!({"ok": false, "error": "fatal_error"}), None)),
         Some(Behaviour::NotOk(e)) => return Ok(answer(200, json!({"ok": false, "error": e}), None)),
+        Some(Behaviour::RateLimitedRaw(v)) => {
+            let mut r = answer(429, json!({"ok": false, "error": "ratelimited"}), None);
+            r.headers_mut().insert("retry-after", v.parse().unwrap());
+            return Ok(r);
+        }
         Some(Behaviour::RateLimited(s)) => {
             return Ok(answer(429, json!({"ok": false, "error": "ratelimited"}), Some(s)))
         }
