@@ -40,6 +40,16 @@ struct Lane {
     stalled: bool,
 }
 
+/// What the gate says of a record about to wait for an admission slot.
+pub enum Ask {
+    /// The lane records: wait for a slot as usual.
+    Admit,
+    /// Stalled with its probes out: 503 at once.
+    Refuse,
+    /// Stalled with room for a probe: this record is one, and takes no admission slot.
+    Probe(Pass),
+}
+
 /// One record's place on its lane; call [`Pass::recorded`] when it was recorded.
 pub struct Pass {
     gate: Arc<ShardGate>,
@@ -57,15 +67,25 @@ impl ShardGate {
         self.lanes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether `app`'s `shard` is stalled with its probes out: asked before the record waits
-    /// for an admission slot, so that a dead shard's events never queue for one.
-    pub fn refuses(&self, app: &str, shard: u16) -> bool {
+    /// What a record for `app`'s `shard` may do, asked before it waits for an admission slot:
+    /// a dead shard's events never queue for one, and its probes take none (the gate bounds
+    /// them, and a limit lowered by the first failures must not be spent on a dead primary).
+    pub fn ask(self: &Arc<Self>, app: &str, shard: u16) -> Ask {
         let mut lanes = self.lock();
-        let Some(lane) = lanes.by_app.get_mut(app).and_then(|shards| shards.get_mut(&shard)) else {
-            return false;
-        };
-        lane.stalled |= lane.pending > 0 && lane.progress.elapsed() > self.stall;
-        lane.stalled && lane.pending >= PROBES
+        let Some((name, shards)) = lanes.by_app.get_key_value(app) else { return Ask::Admit };
+        let name = name.clone();
+        let Some(lane) = shards.get(&shard) else { return Ask::Admit };
+        let stalled = lane.stalled || (lane.pending > 0 && lane.progress.elapsed() > self.stall);
+        let lane = lanes.by_app.get_mut(&name).and_then(|s| s.get_mut(&shard)).expect("looked up above");
+        lane.stalled = stalled;
+        match (stalled, lane.pending >= PROBES) {
+            (false, _) => Ask::Admit,
+            (true, true) => Ask::Refuse,
+            (true, false) => {
+                lane.pending += 1;
+                Ask::Probe(Pass { gate: self.clone(), lane: (name, shard), recorded: false })
+            }
+        }
     }
 
     /// A place on `app`'s `shard` for a record about to be made (it holds an admission slot:
@@ -151,11 +171,11 @@ mod tests {
         // Shard 0 hangs: its records never finish.
         let hung: Vec<Pass> = (0..10).map(|_| gate.enter(app, 0).expect("not stalled yet")).collect();
         tokio::time::advance(Duration::from_millis(1100)).await;
-        assert!(gate.refuses(app, 0) && gate.stalled(app, 0));
+        assert!(matches!(gate.ask(app, 0), Ask::Refuse) && gate.stalled(app, 0));
         assert!(gate.enter(app, 0).is_none(), "stalled with more than its probes out");
         // Shard 1 records: always let in, however many.
         for _ in 0..100 {
-            assert!(!gate.refuses(app, 1));
+            assert!(matches!(gate.ask(app, 1), Ask::Admit));
             gate.enter(app, 1).expect("a recording lane is never limited").recorded();
         }
         let busy: Vec<Pass> = (0..50).map(|_| gate.enter(app, 1).unwrap()).collect();
@@ -171,7 +191,13 @@ mod tests {
         assert!(hung.next().unwrap().failed_alone());
         drop(hung);
         assert!(gate.stalled(app, 0), "idle is not recording");
-        let probes: Vec<Pass> = (0..PROBES).map(|_| gate.enter(app, 0).expect("a probe")).collect();
+        let probes: Vec<Pass> = (0..PROBES)
+            .map(|_| match gate.ask(app, 0) {
+                Ask::Probe(pass) => pass,
+                _ => panic!("a stalled lane with room takes a probe, without a slot"),
+            })
+            .collect();
+        assert!(matches!(gate.ask(app, 0), Ask::Refuse), "probes only");
         assert!(gate.enter(app, 0).is_none(), "probes only");
         let mut probes = probes.into_iter();
         probes.next().unwrap().recorded();

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::admission::Shed;
 use super::answer::{read_body, single_header, Answer, BodyError, Outcome, RequestKind};
 use super::budget::Held;
+use super::shard_gate::Ask;
 use super::{inline, plan, Audit, Ingress};
 use crate::clock::{now_ms, now_secs};
 use crate::config::AppConfig;
@@ -223,7 +224,8 @@ impl Ingress {
     }
 
     /// The record under admission: past the shard gate (a shard whose primary is gone gets its
-    /// probes only, and the rest do not queue for a slot), with a slot, by the deadline.
+    /// probes only, which take no slot, and the rest do not queue for one), with a slot, by the
+    /// deadline.
     async fn admitted_record(
         &self,
         app: &AppConfig,
@@ -233,8 +235,16 @@ impl Ingress {
         deadline: Instant,
     ) -> Result<Recorded, Answer> {
         let kind = RequestKind::from(new.kind);
-        if self.shard_gate.refuses(&app.name, shard) {
-            return Err(self.shed(app, Shed::Stalled, kind));
+        match self.shard_gate.ask(&app.name, shard) {
+            Ask::Admit => {}
+            Ask::Refuse => return Err(self.shed(app, Shed::Stalled, kind)),
+            Ask::Probe(lane) => {
+                let recorded = self.store_record(app, keys, new, deadline).await;
+                if recorded.is_ok() {
+                    lane.recorded();
+                }
+                return recorded;
+            }
         }
         let slot = self.admission.admit(deadline).await.map_err(|shed| self.shed(app, shed, kind))?;
         let Some(lane) = self.shard_gate.enter(&app.name, shard) else {
