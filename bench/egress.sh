@@ -6,14 +6,17 @@
 # p99 against the direct calls measured in the same run. Loopback only, bounded in time.
 #
 #   bench/egress.sh [SECONDS_PER_PHASE] [CONNECTIONS]     defaults 10 and 32
+#   GW=/path/to/slackgate bench/egress.sh …                 a given binary (no build), for an A/B
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
 CONNS=${2:-32}
 scripts/deps
 command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null; }
-cargo build --release --locked --bin slackgate 2>&1 | tail -1
-GW=target/release/slackgate
+if [ -z "${GW:-}" ]; then
+  cargo build --release --locked --bin slackgate 2>&1 | tail -1
+  GW=target/release/slackgate
+fi
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; rm -rf "$WORK"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A/B of two gateway binaries on the backlog drain, interleaved so that the shared machine's
+# drift falls on both alike: each round starts each binary fresh (new key prefix) with its bot
+# down, sends DRAIN_EVENTS events (acked into the outbox), then starts the bot (`sim receive`)
+# and times until the outbox is empty. Prints every round, then the median ratio B/A.
+#
+#   bench/drain.sh A_BINARY B_BINARY [DRAIN_EVENTS] [ROUNDS]     defaults 40000 and 3
+set -euo pipefail
+A=$(realpath "$1"); B=$(realpath "$2"); N=${3:-40000}; ROUNDS=${4:-3}
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; sleep 0.3; rm -rf "$WORK"' EXIT
+REDIS_PORT=$(port)
+export BENCH_SECRET=bench-secret SLACK_SIGNING_SECRET=bench-secret
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --save "" >"$WORK/redis.log" 2>&1 &
+sleep 0.5
+drain_one() { # binary label round → prints "backlog seconds per_s"
+  local gw=$1 name="$2$3" listen admin bot pid recv
+  listen=$(port); admin=$(port); bot=$(port)
+  cat >"$WORK/$name.toml" <<TOML
+[server]
+listen = "127.0.0.1:$listen"
+admin_listen = "127.0.0.1:$admin"
+[redis]
+url = "redis://127.0.0.1:$REDIS_PORT/"
+key_prefix = "$name"
+[[app]]
+name = "bench"
+signing_secret = "\${BENCH_SECRET}"
+upstream = "http://127.0.0.1:$bot"
+delivery = { max_in_flight = 64, retry_initial = "100ms", retry_max = "1s" }
+TOML
+  RUST_LOG=warn "$gw" run --config "$WORK/$name.toml" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && break; sleep 0.1; done
+  "$gw" sim send --json --time-scale 60 --url "http://127.0.0.1:$listen/slack/events" --rate 5000 --events "$N" \
+    --duration $((N / 5000 + 1)) >/dev/null 2>&1 || true
+  waiting() { "$gw" stats --json --config "$WORK/$name.toml" 2>/dev/null | json "d[0]['ready'] + d[0]['in_flight'] + d[0]['scheduled']"; }
+  local backlog start end
+  backlog=$(waiting)
+  "$gw" sim receive --listen "127.0.0.1:$bot" --idle 3 --json >"$WORK/$name.recv" 2>/dev/null &
+  recv=$!
+  start=$(date +%s.%N)
+  for _ in $(seq 3000); do [ "$(waiting)" = "0" ] && break; sleep 0.1; done
+  end=$(date +%s.%N)
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  wait "$recv" 2>/dev/null || true
+  awk -v b="$backlog" -v s="$start" -v e="$end" 'BEGIN { printf "%d %.2f %.0f\n", b, e - s, b / (e - s) }'
+}
+echo "== $(date -u +%FT%TZ) $(nproc) cores; $N events waiting, $ROUNDS rounds; A=$A B=$B"
+ratios=()
+for r in $(seq "$ROUNDS"); do
+  read -r ab as ar < <(drain_one "$A" a "$r")
+  read -r bb bs br < <(drain_one "$B" b "$r")
+  printf 'round %d  A %6d waiting, empty after %6.2fs: %6d/s | B %6d waiting, empty after %6.2fs: %6d/s\n' \
+    "$r" "$ab" "$as" "$ar" "$bb" "$bs" "$br"
+  ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN { printf "%.3f", b / a }')")
+done
+median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+echo "median B/A: deliveries/s while draining $median"
