@@ -34,7 +34,7 @@ impl Snapshot {
 pub enum ReloadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("{0} changed: [server] and [redis] take effect on restart only; nothing was reloaded")]
+    #[error("{0} changed: [server], [egress] and [redis] take effect on restart only; nothing was reloaded")]
     NeedsRestart(String),
 }
 
