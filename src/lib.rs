@@ -3,9 +3,9 @@
 //! retrying until the bot answers 2xx. At-least-once, on purpose (see the README).
 //!
 //! # Layout
-//! Data flows one way: ingress → outbox → delivery → upstream. The ingress and the delivery
-//! workers meet only at the outbox; both send through [`attempt`] (one send-once step) and
-//! decide what follows with [`policy`].
+//! Data flows one way: ingress → outbox → delivery → upstream; the bot's replies go
+//! bot → egress → Slack. The ingress and the delivery workers meet only at the outbox; both
+//! send through [`attempt`] (one send-once step) and decide what follows with [`policy`].
 //! - [`cli`]: the command line; `run` wires the services together and hands each the
 //!   [`shared`] state.
 //! - [`config`]: `gateway.toml` → one validated [`config::Config`]; [`live`]: the running
@@ -19,7 +19,12 @@
 //! - [`delivery`]: the background workers (reader, housekeeping).
 //! - [`attempt`]: one attempt toward the bot, and the late reply to `response_url`.
 //! - [`policy`]: what to do after an attempt (retry, backoff, give up, dead-letter).
-//! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot.
+//! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot (and, for
+//!   the egress, calls Slack).
+//! - [`egress`]: the Web API egress the bots' clients point at — reads streamed through,
+//!   writes made once (keys, a client's own retries, uncertain posts), paced, and withheld when
+//!   their source message is gone. It reads what the inbound side recorded (delivered,
+//!   deleted and edited messages) from Redis, never from memory.
 //! - [`shared`]: what one process's services share — [`metrics`], [`drain`] (graceful stop and
 //!   in-flight counts), [`pressure`] (how pressed the ack path is: the ingress publishes it, the
 //!   workers yield to it), whether the workers run.

@@ -1,7 +1,10 @@
 //! What one Slack-facing connection may cost. Pingora bounds each *read* of a request, not the
-//! whole of it, and puts no cap on open connections, so a client sending one header byte a
-//! minute, or a thousand idle sockets, would hold the gateway's memory and file descriptors
-//! for as long as it likes. [`Guarded`] wraps Pingora's HTTP app and gives each connection:
+//! whole of it, puts no timeout on reading the next request of a kept-alive connection, and no
+//! cap on open connections (cloudflare/pingora#447, still open in 0.9; #540 for the keep-alive
+//! timer reset between requests), so a client sending one header byte a minute, or a thousand
+//! idle sockets, would hold the gateway's memory and file descriptors for as long as it likes.
+//! This guard works around that until Pingora has a whole-request deadline of its own.
+//! [`Guarded`] wraps Pingora's HTTP app and gives each connection:
 //!
 //! - `header_timeout` to send its complete request headers (from the connection's start, or
 //!   from the first byte of a later request line on a kept-alive connection);
@@ -12,8 +15,8 @@
 //! The egress and admin listeners stand behind the same guard, each with its own count.
 //!
 //! The body has its own deadline, `body_timeout`, enforced where the body is read (the
-//! ingress, the egress, and Pingora's per-read timeout on passthrough). A connection past a deadline is
-//! dropped by cancelling its task: nothing is half-recorded (a request in its header phase has
+//! ingress, the egress, and Pingora's per-read timeout on passthrough). A connection past a
+//! deadline is dropped by cancelling its task: nothing is half-recorded (a request in its header phase has
 //! done nothing yet) and no error line is written per slow client; they are counted in
 //! `slackgate_connections_closed_total{reason}`.
 

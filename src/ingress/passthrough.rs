@@ -1,6 +1,8 @@
 //! Passthrough paths (OAuth redirect, install pages): plainly reverse-proxied to the app's bot
 //! by Pingora. What is ours: the peer is resolved without blocking an ingress thread and within
-//! a connect timeout (an unresolvable or unreachable bot is a 502, never a hang or a panic), the
+//! a connect timeout (an unresolvable or unreachable bot is a 502, never a hang or a panic —
+//! `HttpPeer::new` would resolve a name with a blocking lookup and unwrap its result,
+//! cloudflare/pingora#570 and #921, so it is only ever given an address), the
 //! peer has connect and read timeouts, the request target is sent in origin form, and the
 //! `X-Forwarded-*` headers are the gateway's own, never the client's.
 
