@@ -19,7 +19,7 @@
 //! POST /dlq/A/ID/purge             purge one     POST /dlq/A/purge       purge all
 //! ```
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,15 +32,14 @@ use crate::config::Secret;
 use crate::live::Live;
 use crate::ops::{Ops, OpsError};
 use crate::outbox::Endpoint;
-use crate::outbox::{self, Store};
+use crate::outbox::{LazyStore, Store};
 use crate::shared::Shared;
 
 pub struct Admin {
     live: Arc<Live>,
     shared: Arc<Shared>,
-    redis: Endpoint,
-    /// Created on first use, on the admin service's runtime.
-    store: OnceLock<Store>,
+    /// Connected on first use, on the admin service's runtime.
+    store: LazyStore,
 }
 
 type Reply = Response<Vec<u8>>;
@@ -167,15 +166,11 @@ fn admit(method: &Method, access: Access, headers: &http::HeaderMap, token: Opti
 
 impl Admin {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
-        Admin { live, shared, redis, store: OnceLock::new() }
+        Admin { live, shared, store: LazyStore::new(&redis, Duration::from_secs(2)) }
     }
 
     fn store(&self) -> Result<&Store, String> {
-        if let Some(s) = self.store.get() {
-            return Ok(s);
-        }
-        let conn = outbox::connect_lazy(&self.redis, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-        Ok(self.store.get_or_init(|| Store::new(conn)))
+        self.store.get().map_err(|e| e.to_string())
     }
 
     /// Operator actions over the apps of the running config.

@@ -115,8 +115,9 @@ impl DeliveryService {
 #[async_trait]
 impl BackgroundService for DeliveryService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let store = match outbox::connect_lazy(&self.redis, Duration::from_secs(2)) {
-            Ok(c) => Store::new(c),
+        let lazy = outbox::LazyStore::new(&self.redis, Duration::from_secs(2));
+        let store = match lazy.get() {
+            Ok(store) => store.clone(),
             Err(e) => return warn!(error = %e, "delivery workers cannot start"),
         };
         let client = Arc::new(UpstreamClient::new());

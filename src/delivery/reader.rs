@@ -24,9 +24,10 @@ const BATCH: usize = 64;
 const YIELD_POLL: Duration = Duration::from_millis(10);
 
 pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: watch::Receiver<bool>) {
-    // Its own connection: a blocking XREADGROUP would stall a shared multiplexed one.
-    let mut conn = match outbox::connect_lazy(&redis, READ_BLOCK + Duration::from_secs(2)) {
-        Ok(c) => c,
+    // A store of its own: a blocking XREADGROUP would stall a shared multiplexed connection.
+    let own = outbox::LazyStore::new(&redis, READ_BLOCK + Duration::from_secs(2));
+    let reads = match own.get() {
+        Ok(store) => store.clone(),
         Err(e) => return warn!(error = %e, "reader cannot connect"),
     };
     let mut pause = Duration::from_millis(100);
@@ -50,7 +51,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 s.store.ensure_group(&s.keys).await?;
                 group_ready = true;
             }
-            outbox::read_new(&mut conn, &s.keys, &s.consumer, count, READ_BLOCK).await
+            reads.read_new(&s.keys, &s.consumer, count, READ_BLOCK).await
         };
         let leases = tokio::select! {
             r = read => r,

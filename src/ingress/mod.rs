@@ -29,7 +29,7 @@ pub use admission::Shed;
 pub use answer::counted as counted_requests;
 pub use conn::{Closed, Guarded};
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -41,15 +41,12 @@ use crate::config::{AppConfig, Config, RouteKind};
 use crate::drain::{InFlight, Work};
 use crate::live::Live;
 use crate::outbox::Endpoint;
-use crate::outbox::{self, Store};
+use crate::outbox::{self, LazyStore, Store};
 use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
 use admission::Admission;
 use answer::{Answer, Outcome, RequestKind};
 use shard_gate::ShardGate;
-
-/// Connections for records under `durability = "replicated"` (see [`Ingress::store`]).
-const RECORD_CONNECTIONS: usize = 8;
 
 pub struct Ingress {
     /// `[server]` and `[redis]`, which only change on restart.
@@ -57,10 +54,9 @@ pub struct Ingress {
     /// The apps and their routes, which a reload may replace.
     live: Arc<Live>,
     shared: Arc<Shared>,
-    redis: Endpoint,
     client: Arc<UpstreamClient>,
-    /// Created on first use, on this service's runtime (see `outbox::connect_lazy`).
-    store: OnceLock<Store>,
+    /// Connected on first use, on this service's runtime, as durable as `[redis]` says.
+    store: LazyStore,
     response_url_hosts: Arc<[String]>,
     /// With the egress on: deletions and edits, for withholding stale replies.
     attribution: Option<crate::egress::Attribution>,
@@ -120,7 +116,9 @@ impl Ingress {
         );
         // A lane busy for half the budget without one record is a dead or frozen primary.
         let shard_gate = ShardGate::new(config.server.ack_budget / 2);
+        let store = LazyStore::durable(&redis, config.server.ack_budget, config.redis.durability);
         Ingress {
+            store,
             unverified: budget::Budget::new(config.server.unverified_budget),
             admission,
             shard_gate,
@@ -129,26 +127,12 @@ impl Ingress {
             config,
             live,
             shared,
-            redis,
             client: Arc::new(UpstreamClient::new()),
-            store: OnceLock::new(),
         }
     }
 
     fn store(&self) -> Result<&Store, outbox::StoreError> {
-        if let Some(s) = self.store.get() {
-            return Ok(s);
-        }
-        let conn = outbox::connect_lazy(&self.redis, self.config.server.ack_budget)?;
-        let waiters = match self.config.redis.durability {
-            // A `WAIT` holds its connection until the replicas answer: records waiting for
-            // replicas take turns over a few connections instead of queueing behind one.
-            crate::config::Durability::Replicated { .. } => (0..RECORD_CONNECTIONS)
-                .map(|_| outbox::connect_lazy(&self.redis, self.config.server.ack_budget))
-                .collect::<Result<Vec<_>, _>>()?,
-            crate::config::Durability::Local => Vec::new(),
-        };
-        Ok(self.store.get_or_init(|| Store::new(conn).durable(self.config.redis.durability, waiters)))
+        self.store.get()
     }
 
     /// Count one answered Slack route and write its audit line.

@@ -10,12 +10,14 @@
 
 mod conn;
 mod dead;
+mod lazy;
 mod maintain;
 mod model;
 mod scripts;
 
 pub use conn::{connect_lazy, Conn, Endpoint};
 pub use dead::DeadLetter;
+pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 use model::stored;
 pub use model::{Finish, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
@@ -46,11 +48,11 @@ pub enum StoreError {
 /// The Redis keys of one app shard.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
-    pub tag: String,
-    pub stream: String,
-    pub sched: String,
-    pub dead: String,
-    pub wait: String,
+    tag: String,
+    stream: String,
+    sched: String,
+    dead: String,
+    wait: String,
 }
 
 impl ShardKeys {
@@ -63,6 +65,16 @@ impl ShardKeys {
             wait: format!("{tag}:wait"),
             tag,
         }
+    }
+
+    /// The shard's outbox stream (for tools and tests that look at it).
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The shard's dead-letter stream.
+    pub fn dead(&self) -> &str {
+        &self.dead
     }
 
     pub fn receipt(&self, receipt: &str) -> String {
@@ -345,6 +357,19 @@ impl Store {
         self.conn.clone()
     }
 
+    /// Read new entries for `consumer`, blocking up to `block`. Call it on a store of its own
+    /// (a [`LazyStore`] the reader alone uses): a blocking read would stall every other command
+    /// on a shared multiplexed connection.
+    pub async fn read_new(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<Lease>, StoreError> {
+        read_new(&mut self.conn.clone(), keys, consumer, count, block).await
+    }
+
     /// The shards an app's deliveries may be waiting in: `configured`, or more when it once
     /// had more (those are read until empty, never written). `register`: record `configured`
     /// as in use (the delivery workers do; the tools only look).
@@ -380,8 +405,7 @@ fn fenced<'a>(script: &'a Script, keys: &ShardKeys, consumer: &str, lease: &Leas
     invocation
 }
 
-/// Read new entries for `consumer`, blocking up to `block` on a connection of its own
-/// (a blocking read would stall every other command on a shared multiplexed connection).
+/// Read new entries for `consumer` on `conn`, blocking up to `block` (see [`Store::read_new`]).
 pub async fn read_new(
     conn: &mut Conn,
     keys: &ShardKeys,

@@ -53,12 +53,12 @@ async fn a_worker_whose_lease_was_taken_cannot_complete() {
 
     assert!(!store.extend(&keys, "worker-a", &held[0]).await.unwrap(), "old holder cannot extend");
     assert!(!store.finish(&keys, "worker-a", &held[0], Finish::Done).await.unwrap(), "old holder cannot complete");
-    assert_eq!(redis.xlen(&keys.stream), 1, "entry untouched by the fenced call");
+    assert_eq!(redis.xlen(keys.stream()), 1, "entry untouched by the fenced call");
     assert!(store.load(&keys, "0-a").await.unwrap().is_some());
 
     assert!(store.extend(&keys, "worker-b", &taken[0]).await.unwrap());
     assert!(store.finish(&keys, "worker-b", &taken[0], Finish::Done).await.unwrap(), "new holder completes");
-    assert_eq!(redis.xlen(&keys.stream), 0);
+    assert_eq!(redis.xlen(keys.stream()), 0);
     assert!(store.load(&keys, "0-a").await.unwrap().is_none());
     // The receipt outlives the delivery, so a late Slack retry is still absorbed.
     assert_eq!(record(&store, &keys, "0-b", "e:Ev1").await, Recorded::Duplicate("0-a".into()));
@@ -84,7 +84,7 @@ async fn a_scheduled_retry_comes_back_when_due_and_counts_the_attempt() {
     let now = slackgate::clock::now_ms();
     let retry = Finish::Retry { due_ms: now + 1_000, status: Some(503), error: "" };
     assert!(store.finish(&keys, "w", &lease, retry).await.unwrap());
-    assert_eq!(redis.xlen(&keys.stream), 0);
+    assert_eq!(redis.xlen(keys.stream()), 0);
     assert_eq!(store.promote(&keys, now, 100).await.unwrap(), 0, "not due yet");
     assert_eq!(store.promote(&keys, now + 1_001, 100).await.unwrap(), 1);
     assert_eq!(store.promote(&keys, now + 1_001, 100).await.unwrap(), 0, "promoted once");
@@ -94,7 +94,7 @@ async fn a_scheduled_retry_comes_back_when_due_and_counts_the_attempt() {
     assert_eq!(store.load(&keys, "0-d").await.unwrap().unwrap().retries, 1);
     let dead = Finish::Dead { now_ms: now, status: Some(404), error: "", final_: true };
     assert!(store.finish(&keys, "w", &back[0], dead).await.unwrap());
-    assert_eq!(redis.xlen(&keys.dead), 1);
+    assert_eq!(redis.xlen(keys.dead()), 1);
     assert_eq!(store.load(&keys, "0-d").await.unwrap().unwrap().retries, 2, "kept for replay");
 }
 
@@ -137,7 +137,7 @@ async fn consumers_of_gone_processes_are_forgotten_unless_they_hold_something() 
     assert_eq!(holding.len(), 1);
     let _: i64 = redis::cmd("XGROUP")
         .arg("CREATECONSUMER")
-        .arg(&keys.stream)
+        .arg(keys.stream())
         .arg(outbox::GROUP)
         .arg("me")
         .query_async(&mut reader)
@@ -153,7 +153,7 @@ async fn consumers_of_gone_processes_are_forgotten_unless_they_hold_something() 
 
 async fn consumers(conn: &mut outbox::Conn, keys: &ShardKeys) -> Vec<String> {
     let info: Vec<std::collections::HashMap<String, redis::Value>> =
-        redis::cmd("XINFO").arg("CONSUMERS").arg(&keys.stream).arg(outbox::GROUP).query_async(conn).await.unwrap();
+        redis::cmd("XINFO").arg("CONSUMERS").arg(keys.stream()).arg(outbox::GROUP).query_async(conn).await.unwrap();
     let mut names: Vec<String> =
         info.iter().map(|c| redis::from_redis_value_ref::<String>(&c["name"]).unwrap()).collect();
     names.sort();
@@ -167,7 +167,7 @@ async fn dead_letters_past_their_age_or_count_are_dropped_with_their_bodies() {
     let mut c = redis.conn();
     let _: () =
         redis::cmd("HSET").arg(keys.delivery("0-old")).arg("b").arg("x").arg("de").arg("1000-0").query(&mut c).unwrap();
-    let _: String = redis::cmd("XADD").arg(&keys.dead).arg("1000-0").arg("d").arg("0-old").query(&mut c).unwrap();
+    let _: String = redis::cmd("XADD").arg(keys.dead()).arg("1000-0").arg("d").arg("0-old").query(&mut c).unwrap();
     for i in 0..6 {
         record(&store, &keys, &format!("0-t{i}"), &format!("e:EvT{i}")).await;
     }
@@ -177,11 +177,11 @@ async fn dead_letters_past_their_age_or_count_are_dropped_with_their_bodies() {
         let dead = Finish::Dead { now_ms: now, status: Some(404), error: "", final_: true };
         assert!(store.finish(&keys, "w", lease, dead).await.unwrap());
     }
-    assert_eq!(redis.xlen(&keys.dead), 7);
+    assert_eq!(redis.xlen(keys.dead()), 7);
     let t = store.trim_dead(&keys, now - 60_000, 4, 1000).await.unwrap();
     assert_eq!((t.by_age, t.by_count), (1, 2));
-    assert_eq!(redis.xlen(&keys.dead), 4);
-    let bodies = redis.keys(&format!("{}:d:*", keys.tag));
+    assert_eq!(redis.xlen(keys.dead()), 4);
+    let bodies = redis.keys(&keys.delivery("*"));
     assert_eq!(bodies.len(), 4, "the dropped letters' bodies went with them: {bodies:?}");
     assert!(!bodies.contains(&keys.delivery("0-old")));
     let again = store.trim_dead(&keys, now - 60_000, 4, 1000).await.unwrap();
