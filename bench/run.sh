@@ -110,11 +110,13 @@ PY
 )
 SHA=$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$RECORD")
 BODY='{"token":"sim","team_id":"T0SIM","api_app_id":"A0SIM","type":"event_callback","event_id":"Ev0000000001","event_time":1700000000,"authorizations":[{"team_id":"T0SIM","user_id":"U0SIMBOT","is_bot":true}],"event":{"type":"app_mention","user":"U0HUMAN","channel":"C0SIM","text":"<@U0SIMBOT> hello from sim","ts":"1700000000.000001","event_ts":"1700000000.000001","sim_sent_ms":1700000000000}}'
-# KEYS: receipt, stream, delivery hash, schedule, claim and cancel (none: the hash), waiting index.
+# KEYS: receipt, stream, delivery hash, schedule, claim and cancel (none: the hash), waiting index;
+# ARGV as RECORD's doc comment lists them, the message's conversation last.
 REDIS_OPS=$(redis-benchmark -p "$REDIS_PORT" -c 64 -n $((SECS * 20000)) -r 1000000000 -q \
   EVALSHA "$SHA" 7 "{rb:bench:0}:r:e:__rand_int__" "{rb:bench:0}:outbox" "{rb:bench:0}:d:__rand_int__" "{rb:bench:0}:sched" \
   "{rb:bench:0}:d:__rand_int__" "{rb:bench:0}:d:__rand_int__" "{rb:bench:0}:wait" \
-  90000000 "0-__rand_int__" "$BODY" application/json /slack/events event 1700000000000 stream 0 0 0 "{rb:bench:0}" slackgate app_mention "" 1 \
+  90000000 "0-__rand_int__" "$BODY" application/json /slack/events event 1700000000000 stream 0 0 0 "{rb:bench:0}" slackgate app_mention "" 1 0 \
+  $'T0SIM\tC0SIM\t1700000000.000001\t1700000000.000001' \
   2>/dev/null | tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1)
 printf '%-34s ok/s %7.0f\n' "redis-benchmark, RECORD, 64 clients" "$REDIS_OPS"
 STREAM_BYTES=$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "{rb:bench:0}:outbox" SAMPLES 0)

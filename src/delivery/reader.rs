@@ -12,9 +12,9 @@ use super::Shard;
 use crate::attempt::{self, Attempted, InlineOutcome, ReplyTo};
 use crate::clock::now_ms;
 use crate::drain::Work;
-use crate::outbox::{self, Finish, Lease, Loaded, StoreOp, Stored};
+use crate::outbox::{self, Finish, Kept, Lease, Loaded, StoreOp, Stored};
 use crate::policy::{self, Outcome, Verdict};
-use crate::slack::Kind;
+use crate::slack::{Conversation, Kind};
 
 /// How long one blocking read waits for new entries.
 const READ_BLOCK: Duration = Duration::from_secs(1);
@@ -192,16 +192,29 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>) {
     finish(s, &lease, &stored, number, attempted).await;
 }
 
-/// Tell the egress which message this attempt carries (events of a message only).
+/// Tell the egress which message this attempt carries: the conversation kept with the
+/// delivery when it was recorded. Only an entry recorded by a version that kept none (an
+/// upgrade, a backlog) has its body read for it, once per attempt; one whose body says nothing
+/// is unattributed (its replies are posted), never dropped.
 async fn note_message(att: &crate::egress::Attribution, stored: &Stored, delivery: &str, run: u64, app: &str) {
-    if stored.kind != Kind::Event {
-        return;
+    let conversation = match &stored.conversation {
+        Kept::Some(c) => Some(c.clone()),
+        Kept::None => None,
+        Kept::Unknown => recorded_before(stored),
+    };
+    if let Some(c) = conversation {
+        att.delivering(&c, delivery, run, app).await;
     }
-    if let Ok(crate::slack::Request::Delivery(d)) = crate::slack::classify(stored.content_type.as_bytes(), &stored.body)
-    {
-        if let Some(m) = d.message.filter(|m| m.subtype.is_none() || m.subtype.as_deref() == Some("thread_broadcast")) {
-            att.delivering(&m, delivery, run, app).await;
-        }
+}
+
+/// The conversation of an entry recorded without one, from its body.
+fn recorded_before(stored: &Stored) -> Option<Conversation> {
+    if stored.kind != Kind::Event {
+        return None;
+    }
+    match crate::slack::classify(stored.content_type.as_bytes(), &stored.body) {
+        Ok(crate::slack::Request::Delivery(d)) => crate::slack::conversation_of(&d),
+        _ => None,
     }
 }
 

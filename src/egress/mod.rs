@@ -358,12 +358,11 @@ impl Attribution {
         Some(a.store.get_or_init(|| EgressStore::new(conn, &a.prefix)))
     }
 
-    /// A worker is about to send attempt `run` of `delivery`, which carries `message`.
-    pub async fn delivering(&self, message: &crate::slack::Message, delivery: &str, run: u64, app: &str) {
+    /// A worker is about to send attempt `run` of `delivery`, whose message is `c`'s.
+    pub async fn delivering(&self, c: &crate::slack::Conversation, delivery: &str, run: u64, app: &str) {
         let Some(store) = self.store() else { return };
-        let place = Place { team: &message.team, channel: &message.channel };
-        let thread = message.thread_ts.as_deref().unwrap_or(&message.ts);
-        if let Err(e) = store.delivering(&place, &message.ts, thread, delivery, run, app, self.0.window).await {
+        let place = Place { team: &c.team, channel: &c.channel };
+        if let Err(e) = store.delivering(&place, &c.ts, &c.thread, delivery, run, app, self.0.window).await {
             debug!(error = %e, "cannot record the delivered message for the egress");
         }
     }

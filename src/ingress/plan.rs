@@ -22,6 +22,9 @@ pub struct Plan {
     pub placement: Placement,
     /// The budget of an inline attempt (commands and interactions).
     pub inline: Option<Duration>,
+    /// The conversation its message starts or continues (a human post or a thread broadcast),
+    /// kept with the delivery so that nothing after the record reads the body for it.
+    pub conversation: Option<slack::Conversation>,
 }
 
 impl Plan {
@@ -54,7 +57,8 @@ pub fn plan(d: &Delivery, app: &AppConfig, shards: u16, now_ms: u64, nonce: u64)
         (None, Some(_)) => Placement::Inline { due_ms: now_ms + app.delivery.lease.as_millis() as u64 },
         (None, None) => Placement::Stream,
     };
-    Plan { ignored, claim, cancel, shard, id: format!("{shard}-{nonce:016x}"), placement, inline }
+    let conversation = slack::conversation_of(d);
+    Plan { ignored, claim, cancel, shard, id: format!("{shard}-{nonce:016x}"), placement, inline, conversation }
 }
 
 #[cfg(test)]
@@ -151,5 +155,19 @@ mod tests {
         let shards: std::collections::BTreeSet<u16> =
             (0..64).map(|n| plan(&suggestion, &app(""), 4, 0, n).shard).collect();
         assert_eq!(shards.len(), 4);
+    }
+
+    #[test]
+    fn a_post_keeps_its_conversation_and_edits_or_commands_keep_none() {
+        let post = plan(&message("null", "U1"), &app(""), 1, 0, 1);
+        let c = post.conversation.expect("a human post starts a conversation");
+        assert_eq!((c.team.as_str(), c.channel.as_str(), c.ts.as_str(), c.thread.as_str()), ("T1", "C1", "1.5", "1.5"));
+        for subtype in [r#""message_changed""#, r#""message_deleted""#, r#""channel_join""#] {
+            assert_eq!(plan(&message(subtype, "U1"), &app(""), 1, 0, 1).conversation, None, "{subtype}");
+        }
+        let broadcast = plan(&message(r#""thread_broadcast""#, "U1"), &app(""), 1, 0, 1);
+        assert!(broadcast.conversation.is_some());
+        let command = delivery(b"application/x-www-form-urlencoded", "command=%2Fx&channel_id=C1&trigger_id=1.2");
+        assert_eq!(plan(&command, &app(""), 1, 0, 1).conversation, None);
     }
 }

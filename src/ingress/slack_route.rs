@@ -201,6 +201,7 @@ impl Ingress {
         }
         audit.message_key = plan.claim.clone().or_else(|| plan.cancel.clone()).unwrap_or_default();
         let keys = ShardKeys::new(&self.config.redis.key_prefix, &app.name, plan.shard);
+        let conversation = plan.conversation.as_ref().map(slack::Conversation::encode).unwrap_or_default();
         let new = NewDelivery {
             id: &plan.id,
             receipt: d.receipt.as_deref(),
@@ -215,6 +216,7 @@ impl Ingress {
             cancel: plan.cancel.as_deref(),
             detail: &d.detail,
             response_url: d.response_url.as_deref().unwrap_or(""),
+            conversation: &conversation,
         };
         let recorded = match self.admitted_record(app, plan.shard, &keys, &new, deadline).await {
             Ok(r) => r,

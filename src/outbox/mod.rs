@@ -20,7 +20,7 @@ pub use dead::DeadLetter;
 pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 use model::stored;
-pub use model::{Finish, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
+pub use model::{Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -169,6 +169,7 @@ impl Store {
         eval.arg(d.kind.as_str()).arg(d.received_ms).arg(mode).arg(due);
         eval.arg(u8::from(claim.is_some())).arg(u8::from(cancel.is_some())).arg(&keys.tag).arg(GROUP);
         eval.arg(d.detail).arg(d.response_url).arg(u8::from(receipt.is_some())).arg(u8::from(replicated));
+        eval.arg(d.conversation);
         let (status, id, cancelled) = self.record_call(eval).await?;
         Ok(match status {
             1 => Recorded::New { cancelled: cancelled == 1 },

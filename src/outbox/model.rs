@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::slack::Kind;
+use crate::slack::{Conversation, Kind};
 
 /// The store operation that failed, as the `store_errors_total` reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +69,8 @@ pub struct NewDelivery<'a> {
     /// The interaction type or command, for the workers' rules.
     pub detail: &'a str,
     pub response_url: &'a str,
+    /// The conversation its message belongs to, encoded (empty: none).
+    pub conversation: &'a str,
 }
 
 /// Where a new delivery waits.
@@ -120,6 +122,8 @@ pub struct Stored {
     pub last_error: String,
     /// Parked in the dead-letter stream.
     pub dead: bool,
+    /// The conversation its message belongs to, as recorded.
+    pub conversation: Kept,
 }
 
 /// How an attempt chain step ends. `status` is the bot's last answer (`None`: there was none,
@@ -180,5 +184,36 @@ pub(super) fn stored(map: &HashMap<String, Vec<u8>>) -> Stored {
         last_status: text("st").parse().ok(),
         last_error: text("err"),
         dead: map.contains_key("de"),
+        conversation: match map.get("cv") {
+            None => Kept::Unknown,
+            Some(cv) => std::str::from_utf8(cv).ok().and_then(Conversation::decode).map_or(Kept::None, Kept::Some),
+        },
+    }
+}
+
+/// What a stored delivery says of its conversation (kept as `cv` in its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// Recorded by a version that kept none (an upgrade, a backlog): read the body once.
+    Unknown,
+    /// Recorded with none: not a message that starts or continues a conversation.
+    None,
+    Some(Conversation),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hash_without_a_conversation_was_recorded_before_one_was_kept() {
+        let mut map: HashMap<String, Vec<u8>> =
+            HashMap::from([("b".into(), b"{}".to_vec()), ("k".into(), b"event".to_vec())]);
+        assert_eq!(stored(&map).conversation, Kept::Unknown, "an older version's entry: read the body once");
+        map.insert("cv".into(), Vec::new());
+        assert_eq!(stored(&map).conversation, Kept::None);
+        map.insert("cv".into(), b"T1\tC1\t2.5\t1.5".to_vec());
+        let c = Conversation { team: "T1".into(), channel: "C1".into(), ts: "2.5".into(), thread: "1.5".into() };
+        assert_eq!(stored(&map).conversation, Kept::Some(c));
     }
 }

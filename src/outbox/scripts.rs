@@ -54,7 +54,8 @@ end
 /// ms, 8 placement (stream | inline | discard: only the receipt and the cancellation), 9 inline
 /// due ms, 10 has claim (0/1), 11 has cancel (0/1), 12 key tag, 13 group, 14 detail,
 /// 15 response url, 16 has receipt (0/1), 17 replicated (0/1: a duplicate writes too, so that
-/// the `WAIT` after it covers the original record, whichever connection wrote that).
+/// the `WAIT` after it covers the original record, whichever connection wrote that),
+/// 18 the conversation its message belongs to, encoded (empty: none; kept as `cv`).
 ///
 /// Returns {1, id, cancelled} when recorded, {0, original id, 0} for a retry of a known
 /// receipt, {2, holder id, 0} for another event of a message already claimed. An inline
@@ -65,7 +66,7 @@ pub const RECORD: &str = with_claim_helpers!(
 -- The delivery's hash in one HSET, with any extra fields (its entry id, its message claim).
 local function store(hk, ...)
   redis.call('HSET', hk, 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6], 'rcv', ARGV[7], 'n', 0,
-    'x', ARGV[14], 'ru', ARGV[15], ...)
+    'x', ARGV[14], 'ru', ARGV[15], 'cv', ARGV[18], ...)
 end
 -- A write that changes nothing (the same expiry again), for a duplicate under WAIT.
 local function touch(k)

@@ -3,6 +3,7 @@
 //! other module of this crate.
 
 pub mod classify;
+pub mod conversation;
 pub mod filter;
 pub mod reply;
 pub mod retry;
@@ -10,6 +11,7 @@ pub mod ssl_check;
 pub mod verify;
 
 pub use classify::{classify, ClassifyError, Delivery, Kind, Message, Request};
+pub use conversation::{conversation_of, Conversation};
 pub use filter::{deleted_message_key, ignore_reason, message_key, IgnoreReason, Rules};
 pub use reply::{check_response_url, late_reply, replies_late, RefusedUrl, ReplyOutcome};
 pub use retry::{retry_num, RetryReason};

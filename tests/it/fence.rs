@@ -33,6 +33,7 @@ async fn record(store: &Store, keys: &ShardKeys, id: &str, receipt: &str) -> Rec
         cancel: None,
         detail: "app_mention",
         response_url: "",
+        conversation: "",
     };
     store.record(keys, &d).await.unwrap()
 }

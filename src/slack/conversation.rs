@@ -1,0 +1,59 @@
+//! Conversations: a message's place in one (its thread), as the gateway keeps it with a
+//! delivery. Which messages are turns of a conversation is Slack's rule, so it lives here.
+
+use super::classify::{Delivery, Kind};
+
+/// Where a message stands in a conversation: its workspace, channel, own `ts` and thread.
+/// Derived once, when its delivery is recorded, and kept with it as text ([`encode`]), so that
+/// nothing after the record reads the body for it.
+///
+/// [`encode`]: Conversation::encode
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conversation {
+    pub team: String,
+    pub channel: String,
+    /// The message's own `ts`.
+    pub ts: String,
+    /// Its thread (the root's `ts`), or its own `ts` for a top-level message.
+    pub thread: String,
+}
+
+impl Conversation {
+    /// As kept in the hash: the four fields joined by tabs (no Slack id or ts holds one).
+    pub fn encode(&self) -> String {
+        [&self.team, &self.channel, &self.ts, &self.thread].map(String::as_str).join("\t")
+    }
+
+    /// `None` for anything but four non-empty, tab-free fields.
+    pub fn decode(text: &str) -> Option<Conversation> {
+        let mut f = text.split('\t').map(str::to_string);
+        let c = Conversation { team: f.next()?, channel: f.next()?, ts: f.next()?, thread: f.next()? };
+        let whole = f.next().is_none() && [&c.team, &c.channel, &c.ts, &c.thread].iter().all(|v| !v.is_empty());
+        whole.then_some(c)
+    }
+}
+
+/// The conversation of an event's message: a post or a thread broadcast (edits, deletions and
+/// other subtypes are about a message, not a turn of a conversation); `None` for the rest.
+pub fn conversation_of(d: &Delivery) -> Option<Conversation> {
+    let m = d.message.as_ref().filter(|_| d.kind == Kind::Event)?;
+    if !matches!(m.subtype.as_deref(), None | Some("thread_broadcast")) || m.team.is_empty() || m.channel.is_empty() {
+        return None;
+    }
+    let thread = m.thread_ts.clone().unwrap_or_else(|| m.ts.clone());
+    Some(Conversation { team: m.team.clone(), channel: m.channel.clone(), ts: m.ts.clone(), thread })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conversation_round_trips_and_junk_is_none() {
+        let c = Conversation { team: "T1".into(), channel: "C1".into(), ts: "2.5".into(), thread: "1.5".into() };
+        assert_eq!(Conversation::decode(&c.encode()), Some(c));
+        for junk in ["", "T1\tC1\t2.5", "T1\tC1\t2.5\t1.5\tx", "T1\t\t2.5\t1.5"] {
+            assert_eq!(Conversation::decode(junk), None, "{junk:?}");
+        }
+    }
+}
