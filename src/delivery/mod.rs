@@ -20,10 +20,9 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use crate::config::{AppConfig, Config};
-use crate::egress::Attribution;
 use crate::live::Live;
 use crate::outbox::Endpoint;
-use crate::outbox::{self, ShardKeys, Store, StoreOp};
+use crate::outbox::{self, Conversations, ShardKeys, Store, StoreOp};
 use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
 
@@ -33,7 +32,6 @@ pub struct DeliveryService {
     shared: Arc<Shared>,
     redis: Endpoint,
     consumer: String,
-    attribution: Option<Attribution>,
 }
 
 /// What every task of one app shard shares.
@@ -50,8 +48,9 @@ struct Shard {
     shards: u16,
     /// Where a late reply may go (`[server] response_url_hosts`).
     response_url_hosts: Arc<[String]>,
-    /// With the egress on: which message each attempt carries, for attributing replies.
-    attribution: Option<Attribution>,
+    /// With the egress on: the conversation records, where each attempt says which message
+    /// it carries (the egress reads them to attribute replies).
+    conversations: Option<Conversations>,
 }
 
 impl Shard {
@@ -65,13 +64,7 @@ impl DeliveryService {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let consumer = format!("{}-{}-{:08x}", host.trim(), std::process::id(), rand::random::<u32>());
-        let config = live.get().config.clone();
-        let attribution = config
-            .egress
-            .listen
-            .as_ref()
-            .map(|_| Attribution::new(&redis, &config.redis.key_prefix, config.egress.attribution_window));
-        DeliveryService { live, shared, redis, consumer, attribution }
+        DeliveryService { live, shared, redis, consumer }
     }
 
     /// Readers, housekeepers and gauges for every app shard of one config generation.
@@ -85,6 +78,11 @@ impl DeliveryService {
     ) -> JoinSet<()> {
         let mut tasks = JoinSet::new();
         let response_url_hosts: Arc<[String]> = config.server.response_url_hosts.clone().into();
+        let conversations = config
+            .egress
+            .listen
+            .as_ref()
+            .map(|_| store.conversations(&config.redis.key_prefix, config.egress.attribution_window));
         for (app, in_use) in config.apps.iter().zip(in_use) {
             let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
             let shards: Vec<ShardKeys> =
@@ -100,7 +98,7 @@ impl DeliveryService {
                     consumer: self.consumer.clone(),
                     shards: *in_use,
                     response_url_hosts: response_url_hosts.clone(),
-                    attribution: self.attribution.clone(),
+                    conversations: conversations.clone(),
                 });
                 tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), stop.clone()));
                 tasks.spawn(housekeeping::maintain_loop(s, stop.clone()));

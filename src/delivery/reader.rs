@@ -12,7 +12,7 @@ use super::Shard;
 use crate::attempt::{self, Attempted, InlineOutcome, ReplyTo};
 use crate::clock::now_ms;
 use crate::drain::Work;
-use crate::outbox::{self, Finish, Kept, Lease, Loaded, StoreOp, Stored};
+use crate::outbox::{self, Conversations, Finish, Kept, Lease, Loaded, StoreOp, Stored};
 use crate::policy::{self, Outcome, Verdict};
 use crate::slack::{Conversation, Kind};
 
@@ -175,8 +175,8 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>) {
         return expire(s, &lease, &stored).await;
     }
     let number = stored.retries + lease.token;
-    if let Some(att) = &s.attribution {
-        note_message(att, &stored, &lease.delivery, number, &s.app.name).await;
+    if let Some(records) = &s.conversations {
+        note_message(records, &stored, &lease.delivery, number, &s.app.name).await;
     }
     let d = attempt::Delivery {
         id: &lease.delivery,
@@ -192,18 +192,20 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>) {
     finish(s, &lease, &stored, number, attempted).await;
 }
 
-/// Tell the egress which message this attempt carries: the conversation kept with the
-/// delivery when it was recorded. Only an entry recorded by a version that kept none (an
+/// Say which message this attempt carries (the egress reads it to attribute replies): the
+/// conversation kept with the delivery when it was recorded. Only an entry recorded by a version that kept none (an
 /// upgrade, a backlog) has its body read for it, once per attempt; one whose body says nothing
 /// is unattributed (its replies are posted), never dropped.
-async fn note_message(att: &crate::egress::Attribution, stored: &Stored, delivery: &str, run: u64, app: &str) {
+async fn note_message(records: &Conversations, stored: &Stored, delivery: &str, run: u64, app: &str) {
     let conversation = match &stored.conversation {
         Kept::Some(c) => Some(c.clone()),
         Kept::None => None,
         Kept::Unknown => recorded_before(stored),
     };
-    if let Some(c) = conversation {
-        att.delivering(&c, delivery, run, app).await;
+    let Some(c) = conversation else { return };
+    if let Err(e) = records.delivering(&c, delivery, run, app).await {
+        // Best effort: an unrecorded message only means its replies are not attributed (posted).
+        debug!(error = %e, "cannot record the delivered message's conversation");
     }
 }
 

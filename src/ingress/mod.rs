@@ -58,8 +58,9 @@ pub struct Ingress {
     /// Connected on first use, on this service's runtime, as durable as `[redis]` says.
     store: LazyStore,
     response_url_hosts: Arc<[String]>,
-    /// With the egress on: deletions and edits, for withholding stale replies.
-    attribution: Option<crate::egress::Attribution>,
+    /// With the egress on, how long deletions and edits are kept in the conversation records
+    /// (the egress withholds stale replies by them).
+    attribution_window: Option<std::time::Duration>,
     /// How many records may be pending at once; the excess is answered 503 at once.
     admission: Arc<Admission>,
     /// Records for a shard that records nothing are held to a few (its primary is gone).
@@ -95,9 +96,7 @@ struct Audit {
 impl Ingress {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let config = live.get().config.clone();
-        let attribution = config.egress.listen.as_ref().map(|_| {
-            crate::egress::Attribution::new(&redis, &config.redis.key_prefix, config.egress.attribution_window)
-        });
+        let attribution_window = config.egress.listen.as_ref().map(|_| config.egress.attribution_window);
         let a = &config.server.admission;
         let m = &shared.metrics;
         let admission = Admission::new(
@@ -122,7 +121,7 @@ impl Ingress {
             unverified: budget::Budget::new(config.server.unverified_budget),
             admission,
             shard_gate,
-            attribution,
+            attribution_window,
             response_url_hosts: config.server.response_url_hosts.clone().into(),
             config,
             live,

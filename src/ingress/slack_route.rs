@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use pingora::proxy::Session;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use tokio::time::Instant;
 
@@ -19,7 +19,7 @@ use super::shard_gate::Ask;
 use super::{inline, plan, Audit, Ingress};
 use crate::clock::{now_ms, now_secs};
 use crate::config::AppConfig;
-use crate::outbox::{NewDelivery, Recorded, ShardKeys, StoreOp};
+use crate::outbox::{Change, Channel, NewDelivery, Recorded, ShardKeys, StoreOp};
 use crate::policy;
 use crate::slack::{self, Request, RetryReason};
 
@@ -265,15 +265,24 @@ impl Ingress {
         recorded
     }
 
-    /// A deletion or an edit, for the egress: in the background (the ack does not wait), and
-    /// whatever the filters say (a filtered `message_deleted` still makes replies stale).
+    /// A deletion or an edit, into the conversation records (the egress withholds replies to
+    /// it): in the background (the ack does not wait), and whatever the filters say (a filtered
+    /// `message_deleted` still makes replies stale).
     fn note_change(&self, d: &slack::Delivery) {
-        let (Some(att), Some(m)) = (&self.attribution, &d.message) else { return };
-        if !matches!(m.subtype.as_deref(), Some("message_deleted" | "message_changed")) {
-            return;
-        }
-        let (att, m) = (att.clone(), m.clone());
-        tokio::spawn(async move { att.changed(&m).await });
+        let (Some(window), Some(m)) = (self.attribution_window, &d.message) else { return };
+        let change = match m.subtype.as_deref() {
+            Some("message_deleted") => Change::Deleted,
+            Some("message_changed") => Change::Edited,
+            _ => return,
+        };
+        let Ok(store) = self.store() else { return };
+        let records = store.conversations(&self.config.redis.key_prefix, window);
+        let (team, channel, ts) = (m.team.clone(), m.channel.clone(), m.ts.clone());
+        tokio::spawn(async move {
+            if let Err(e) = records.changed(Channel { team: &team, channel: &channel }, &ts, change).await {
+                debug!(error = %e, "cannot record a deletion or an edit in the conversation records");
+            }
+        });
     }
 
     /// Not admitted: 503 at once, nothing recorded (Slack retries).

@@ -9,6 +9,7 @@
 //! delivery by received-at · `…:r:m:…:alt` the other copies of a claimed message.
 
 mod conn;
+mod conversations;
 mod dead;
 mod lazy;
 mod maintain;
@@ -16,6 +17,7 @@ mod model;
 mod scripts;
 
 pub use conn::{connect_lazy, Conn, Endpoint};
+pub use conversations::{Change, Channel, Conversations, Source};
 pub use dead::DeadLetter;
 pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
@@ -369,6 +371,11 @@ impl Store {
         block: Duration,
     ) -> Result<Vec<Lease>, StoreError> {
         read_new(&mut self.conn.clone(), keys, consumer, count, block).await
+    }
+
+    /// The conversation records of `prefix`, kept for `window`, on this store's connection.
+    pub fn conversations(&self, prefix: &str, window: Duration) -> Conversations {
+        Conversations::new(self.conn.clone(), prefix, window)
     }
 
     /// The shards an app's deliveries may be waiting in: `configured`, or more when it once
