@@ -64,7 +64,7 @@ impl Egress {
     /// After a successful post: which source an update of it belongs to.
     pub(super) async fn remember(&self, to: &Target<'_>, w: &Write, answer: &Cached) {
         let Some(source) = &to.source else { return };
-        if w.call.method == "chat.postMessage" {
+        if plan::records_its_post(&w.call.method) {
             let posted = serde_json::from_slice::<serde_json::Value>(&answer.body).ok();
             if let Some(ts) = posted.as_ref().and_then(|v| v["ts"].as_str()) {
                 let window = self.cfg().attribution_window;

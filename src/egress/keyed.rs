@@ -12,8 +12,8 @@ use tracing::warn;
 use super::call::digest;
 use super::error::Error;
 use super::lease::{nonce, Lease};
-use super::plan::KeyKind;
-use super::store::{IdemClaim, IdemEnd};
+use super::plan::{self, KeyKind, KeyStep};
+use super::store::IdemEnd;
 use super::uncertain::Unsettled;
 use super::write::{settles, Write};
 use super::{Egress, Outcome, Reply};
@@ -26,21 +26,21 @@ impl Egress {
     }
 
     async fn keyed_reply(&self, w: &Write, key: &str) -> Reply {
-        let unavailable = || Reply::from(Error::StoreUnavailable);
-        let (Some(store), Some(th)) = (self.store(), w.token_hash.as_deref()) else { return unavailable() };
+        let (Some(store), Some(th)) = (self.store(), w.token_hash.as_deref()) else {
+            return Error::StoreUnavailable.into();
+        };
         let record = store.idem_key(th, &w.call.method, &digest(key.as_bytes()));
         let owner = nonce();
-        let unsettled = match self.step(w, store.idem_claim(&record, &w.digest, &owner)).await {
-            Err(_) => return unavailable(),
-            Ok(IdemClaim::InFlight) => return Error::KeyInFlight.into(),
-            Ok(IdemClaim::Reused) => return Error::KeyReused.into(),
-            Ok(IdemClaim::Done(c)) => {
+        let claim = self.step(w, store.idem_claim(&record, &w.digest, &owner)).await.ok();
+        let unsettled = match plan::on_key(claim) {
+            KeyStep::Refuse(e) => return e.into(),
+            KeyStep::Replay(c) => {
                 let mut r = Reply::new(c, Outcome::ReplayedKey);
                 r.headers.push(("Idempotent-Replayed", "true"));
                 return r;
             }
-            Ok(IdemClaim::Claimed) => None,
-            Ok(IdemClaim::Unsettled { sent_ms }) => Some(sent_ms),
+            KeyStep::Send => None,
+            KeyStep::Reconcile { sent_ms } => Some(sent_ms),
         };
         let _lease = Lease::keep(store, record.clone(), owner.clone());
         let reply = match unsettled {

@@ -18,7 +18,7 @@ impl Egress {
     /// Slack's 429s.
     pub(super) async fn paced(&self, to: &Target<'_>, w: &Write) -> Reply {
         let started = Instant::now();
-        if w.call.method == "chat.postMessage" {
+        if plan::is_paced(&w.call.method) {
             let c = self.cfg();
             let per = plan::pace_per(c.pace_per_second);
             // Slack's limit is per app: a bot token's app is its bot id, a user token's its user.

@@ -2,7 +2,7 @@
 //! nothing here touches Redis, Slack or the client. The I/O steps (`keyed`, `retry`,
 //! `attribution`, `rerun`, `pacing`, `uncertain`, `look`) ask these what to do, then do it.
 //!
-//! - [`layer`]: which key layer a write goes through.
+//! - [`layer`]: which key layer a write goes through; [`on_key`]: what its key's claim means.
 //! - [`on_fingerprint`] (and [`BusyWatch`]): what an identical earlier call means for this one.
 //! - [`withhold`]: whether a write's source is gone.
 //! - [`rerun`]: whether a write of a re-run replays the earlier run's.
@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::store::{LEASE, LEASE_RENEW_EVERY};
+use super::error::Error;
+use super::store::{Cached, IdemClaim, LEASE, LEASE_RENEW_EVERY};
 use super::Outcome;
 
 /// Which key a write carried, as its audit line says it.
@@ -55,6 +56,31 @@ pub(super) fn layer(has_token: bool, has_idempotency_key: bool) -> Layer {
         (false, _) => Layer::Plain,
         (true, true) => Layer::Keyed,
         (true, false) => Layer::Fingerprint,
+    }
+}
+
+/// What a keyed call does, given its claim of the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum KeyStep {
+    /// Refused: in flight, reused for another request, or no store to claim it in.
+    Refuse(Error),
+    /// The answer of the key's earlier call.
+    Replay(Cached),
+    /// The key is this call's: send.
+    Send,
+    /// The key's earlier call never settled: this call settles it by the uncertain-write rules.
+    Reconcile { sent_ms: u64 },
+}
+
+/// A keyed call's step, by its claim (`None`: Redis did not say; a key fails closed).
+pub(super) fn on_key(claim: Option<IdemClaim>) -> KeyStep {
+    match claim {
+        None => KeyStep::Refuse(Error::StoreUnavailable),
+        Some(IdemClaim::InFlight) => KeyStep::Refuse(Error::KeyInFlight),
+        Some(IdemClaim::Reused) => KeyStep::Refuse(Error::KeyReused),
+        Some(IdemClaim::Done(c)) => KeyStep::Replay(c),
+        Some(IdemClaim::Claimed) => KeyStep::Send,
+        Some(IdemClaim::Unsettled { sent_ms }) => KeyStep::Reconcile { sent_ms },
     }
 }
 
@@ -218,6 +244,20 @@ pub(super) fn rerun<T>(k: u64, earlier: Option<(u64, T)>, run: u64) -> Rerun<T> 
     }
 }
 
+/// The method that posts a message: paced, looked for when uncertain, its post's source kept.
+pub(super) const POST_MESSAGE: &str = "chat.postMessage";
+
+/// Whether a write waits for its app's pace in the channel.
+pub(super) fn is_paced(method: &str) -> bool {
+    method == POST_MESSAGE
+}
+
+/// Whether a successful write's answer names a new post whose source is recorded (so that an
+/// update or delete of it is attributed to the same source).
+pub(super) fn records_its_post(method: &str) -> bool {
+    method == POST_MESSAGE
+}
+
 /// The gap between two posts of an app in a channel.
 pub(super) fn pace_per(per_second: f64) -> Duration {
     Duration::from_secs_f64(1.0 / per_second)
@@ -280,7 +320,7 @@ pub(super) enum Recovery {
 
 pub(super) fn recovery(method: &str) -> Recovery {
     match method {
-        "chat.postMessage" => Recovery::LookFor,
+        POST_MESSAGE => Recovery::LookFor,
         "chat.update" | "chat.delete" | "reactions.add" | "reactions.remove" | "views.update" | "views.publish"
         | "pins.add" | "pins.remove" => Recovery::SendAgain,
         _ => Recovery::Unknown,

@@ -22,6 +22,28 @@ fn the_layer_follows_the_token_and_the_key() {
 }
 
 #[test]
+fn a_keys_claim_says_refuse_replay_reconcile_or_send() {
+    let answer = Cached {
+        status: 200,
+        content_type: "application/json".into(),
+        body: bytes::Bytes::from_static(b"{}"),
+        retry_after: None,
+        headers: Vec::new(),
+    };
+    let cases = [
+        (None, KeyStep::Refuse(Error::StoreUnavailable)),
+        (Some(IdemClaim::InFlight), KeyStep::Refuse(Error::KeyInFlight)),
+        (Some(IdemClaim::Reused), KeyStep::Refuse(Error::KeyReused)),
+        (Some(IdemClaim::Done(answer.clone())), KeyStep::Replay(answer)),
+        (Some(IdemClaim::Claimed), KeyStep::Send),
+        (Some(IdemClaim::Unsettled { sent_ms: 9 }), KeyStep::Reconcile { sent_ms: 9 }),
+    ];
+    for (claim, want) in cases {
+        assert_eq!(on_key(claim), want);
+    }
+}
+
+#[test]
 fn a_fingerprint_says_wait_replay_reconcile_or_send() {
     let cases = [
         (FpSeen::StoreFailed, true, FpStep::Send),
@@ -102,6 +124,10 @@ fn a_rerun_replays_only_an_earlier_runs_write() {
 
 #[test]
 fn pacing_and_slacks_429s() {
+    assert!(is_paced("chat.postMessage") && records_its_post("chat.postMessage"));
+    for m in ["chat.update", "chat.postEphemeral", "reactions.add"] {
+        assert!(!is_paced(m) && !records_its_post(m), "{m}");
+    }
     assert_eq!(pace_per(2.0), Duration::from_millis(500));
     assert_eq!(paced_out_after(pace_per(2.0)), 1, "never a Retry-After of 0");
     assert_eq!(paced_out_after(pace_per(0.25)), 4);
