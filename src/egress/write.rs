@@ -9,17 +9,20 @@
 //!    query and body) within `retry_window` whose answer never reached its client makes this
 //!    call its retry: it waits for that call's result, or gets it replayed, or — when that call
 //!    died — settles it by the uncertain-write rules. Anything else is a new write and is posted.
-//! 3. **Attribution** (`attribution`). The write's channel and thread name a message the gateway delivered; if
-//!    that message was deleted (or edited, with `on_edited = "withhold"`), the write is withheld.
-//! 4. **Re-runs** (`rerun`, opt-in). The k-th write of a method during run n of a delivery returns the
-//!    k-th such write of an earlier run instead of posting again.
-//! 5. **Pacing** (`pacing`) of chat.postMessage per app and channel, and Slack's 429s, up to `max_wait`.
+//! 3. **Attribution** (`attribution`). The write's channel and thread name a message the
+//!    gateway delivered; if that message was deleted (or edited, with `on_edited =
+//!    "withhold"`), the write is withheld.
+//! 4. **Re-runs** (`rerun`, opt-in). The k-th write of a method during run n of a delivery
+//!    returns the k-th such write of an earlier run instead of posting again.
+//! 5. **Pacing** (`pacing`) of chat.postMessage per app and channel, and Slack's 429s, up to
+//!    `max_wait`.
 //! 6. **The uncertain write** (`uncertain`). No answer after the call may have reached Slack: a
 //!    chat.postMessage is looked for in the channel before it is posted again; other methods as
 //!    `uncertain` says.
 //!
-//! What each layer decides is in `plan`; the files of the layers do its I/O. Every Redis step goes through [`Egress::step`]: once one has found Redis not answering, the
-//! call's later steps skip it instead of waiting again (a frozen Redis costs one timeout).
+//! What each layer decides is in `plan`; the layers' files only do the I/O it asks for. Every
+//! Redis step goes through [`Egress::step`]: once one has found Redis not answering, the call's
+//! later steps skip it instead of waiting again (a frozen Redis costs one timeout).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
