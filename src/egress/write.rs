@@ -122,8 +122,11 @@ impl Egress {
         let digest = request_digest(&call);
         let mut w = Write { call, token_hash: None, digest, store_down: AtomicBool::new(false) };
         let layer = plan::layer(w.call.token.is_some(), w.call.idempotency_key.is_some());
-        if let (Some(token), Some(store)) = (w.call.token.as_ref(), self.store()) {
-            w.token_hash = self.step(&w, store.hash_key()).await.ok().map(|k| token_hash(&k, token));
+        // A write without a token touches no store.
+        if let Some(token) = w.call.token.as_ref() {
+            if let Some(store) = self.store() {
+                w.token_hash = self.step(&w, store.hash_key()).await.ok().map(|k| token_hash(&k, token));
+            }
         }
         let w = Arc::new(w);
         match (layer, w.call.idempotency_key.as_deref()) {
