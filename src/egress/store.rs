@@ -129,7 +129,7 @@ pub enum FpUpdate<'a> {
     Drop,
 }
 
-impl FpUpdate<'_> {
+impl<'a> FpUpdate<'a> {
     /// As the `fp_set` script takes it.
     pub fn as_label(self) -> &'static str {
         match self {
@@ -140,9 +140,7 @@ impl FpUpdate<'_> {
             FpUpdate::Drop => Settle::Drop.as_label(),
         }
     }
-}
 
-impl<'a> FpUpdate<'a> {
     /// How a settled outcome is written to a fingerprint.
     pub(super) fn settled(settle: Settle, answer: &'a Cached) -> Self {
         match settle {
@@ -528,5 +526,24 @@ mod tests {
         let old = [b"200".to_vec(), b"application/json".to_vec(), b"{}".to_vec(), Vec::new()];
         let old = Cached::from_parts(&old.map(Value::BulkString)).unwrap();
         assert_eq!((old.content_type.as_str(), old.headers.len()), ("application/json", 0));
+    }
+
+    #[test]
+    fn states_are_written_as_the_scripts_and_existing_records_know_them() {
+        let c = Cached {
+            status: 200,
+            content_type: "application/json".into(),
+            body: Bytes::from_static(b"{}"),
+            retry_after: None,
+            headers: Vec::new(),
+        };
+        let fp = [FpUpdate::Lost, FpUpdate::Delivered, FpUpdate::Done(&c), FpUpdate::Unknown, FpUpdate::Drop];
+        assert_eq!(fp.map(FpUpdate::as_label), ["lost", "delivered", "done", "unknown", "drop"]);
+        let settled = [Settle::Keep, Settle::Unknown, Settle::Drop].map(|s| FpUpdate::settled(s, &c).as_label());
+        assert_eq!(settled, ["done", "unknown", "drop"]);
+        assert!(matches!(IdemEnd::settled(Settle::Keep, &c), IdemEnd::Done(_)));
+        assert!(matches!(IdemEnd::settled(Settle::Unknown, &c), IdemEnd::Unknown));
+        assert!(matches!(IdemEnd::settled(Settle::Drop, &c), IdemEnd::Drop));
+        assert_eq!([SourceState::Deleted, SourceState::Edited].map(SourceState::as_label), ["deleted", "edited"]);
     }
 }
