@@ -10,37 +10,37 @@ use pingora::protocols::http::ServerSession;
 use tracing::warn;
 
 use super::call::digest;
+use super::error::Error;
 use super::lease::{nonce, Lease};
-use super::store::{IdemClaim, IdemEnd};
+use super::plan::{self, KeyKind, KeyStep};
+use super::store::IdemEnd;
 use super::uncertain::Unsettled;
-use super::write::{succeeded, Write};
+use super::write::{settles, Write};
 use super::{Egress, Outcome, Reply};
 
 impl Egress {
     /// `Idempotency-Key`: replayed, refused while in flight or for another request, or sent.
     pub(super) async fn keyed(self: &Arc<Self>, w: Arc<Write>, key: &str, session: &mut ServerSession) -> bool {
         let reply = self.keyed_reply(&w, key).await;
-        self.finish_reply(&w.call, "key", reply, session).await
+        self.finish_reply(&w.call, KeyKind::Key, reply, session).await
     }
 
     async fn keyed_reply(&self, w: &Write, key: &str) -> Reply {
-        let unavailable = || Reply::error(503, "slackgate_store_unavailable", Outcome::StoreUnavailable);
-        let (Some(store), Some(th)) = (self.store(), w.token_hash.as_deref()) else { return unavailable() };
+        let (Some(store), Some(th)) = (self.store(), w.token_hash.as_deref()) else {
+            return Error::StoreUnavailable.into();
+        };
         let record = store.idem_key(th, &w.call.method, &digest(key.as_bytes()));
         let owner = nonce();
-        let unsettled = match self.step(w, store.idem_claim(&record, &w.digest, &owner)).await {
-            Err(_) => return unavailable(),
-            Ok(IdemClaim::InFlight) => {
-                return Reply::error(409, "slackgate_idempotency_key_in_flight", Outcome::Conflict)
-            }
-            Ok(IdemClaim::Reused) => return Reply::error(422, "idempotency_key_reused", Outcome::KeyReused),
-            Ok(IdemClaim::Done(c)) => {
+        let claim = self.step(w, store.idem_claim(&record, &w.digest, &owner)).await.ok();
+        let unsettled = match plan::on_key(claim) {
+            KeyStep::Refuse(e) => return e.into(),
+            KeyStep::Replay(c) => {
                 let mut r = Reply::new(c, Outcome::ReplayedKey);
                 r.headers.push(("Idempotent-Replayed", "true"));
                 return r;
             }
-            Ok(IdemClaim::Claimed) => None,
-            Ok(IdemClaim::Unsettled { sent_ms }) => Some(sent_ms),
+            KeyStep::Send => None,
+            KeyStep::Reconcile { sent_ms } => Some(sent_ms),
         };
         let _lease = Lease::keep(store, record.clone(), owner.clone());
         let reply = match unsettled {
@@ -50,11 +50,7 @@ impl Egress {
                 Unsettled::SendAgain => self.send(w).await,
             },
         };
-        let end = match reply.outcome {
-            Outcome::Unknown => IdemEnd::Unknown,
-            _ if succeeded(&reply.answer) => IdemEnd::Done(&reply.answer),
-            _ => IdemEnd::Drop,
-        };
+        let end = IdemEnd::settled(settles(&reply), &reply.answer);
         if let Err(e) = self.step(w, store.idem_finish(&record, &owner, end)).await {
             warn!(error = %e, "cannot record the idempotent answer; the next call with the key settles it");
         }

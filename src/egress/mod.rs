@@ -5,19 +5,28 @@
 //! - `call`: one call as the bot sent it, and the fields of a write.
 //! - `headers`: which headers cross the egress, both ways.
 //! - `read`: the read path, streamed.
-//! - `write`: the write path — attribution, re-runs, pacing, Slack's 429s; `keyed`
-//!   (`Idempotency-Key`) and `retry` (a client's own retry) in front of it, their in-flight
-//!   claims kept as leases (`lease`); `uncertain` (and `look`) for an answer lost on the way.
+//! - `plan`: the write path's decisions, pure (which key layer, what a fingerprint means,
+//!   withhold or post, what an outcome settles, an uncertain write by method).
+//! - `write`: the write path in order; `keyed` (`Idempotency-Key`) and `retry` (a client's own
+//!   retry) in front of it, their in-flight claims kept as leases (`lease`); then
+//!   `attribution`, `rerun`, `pacing` (with Slack's 429s); `uncertain` (and `look`) for an
+//!   answer lost on the way. Each does the I/O its `plan` rule asks for.
+//! - `error`: the egress's own errors, and the one place each becomes the bot's answer.
 //! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`).
 //! - `store`, `scripts`, `notes`: the records in Redis; the withheld and unknown notes.
 
+mod attribution;
 mod call;
+mod error;
 mod headers;
 mod keyed;
 mod lease;
 mod look;
 mod notes;
+mod pacing;
+mod plan;
 mod read;
+mod rerun;
 mod retry;
 mod scripts;
 mod slack_api;
@@ -26,6 +35,7 @@ mod uncertain;
 mod write;
 
 pub use notes::{is_cursor, NoteList, NotePage};
+use plan::SourceState;
 pub use store::{EgressStore, Place};
 
 use std::sync::{Arc, OnceLock};
@@ -44,6 +54,8 @@ use crate::outbox;
 use crate::outbox::Endpoint;
 use crate::shared::Shared;
 use call::{Call, Verb};
+use error::Error;
+use plan::KeyKind;
 use slack_api::SlackApi;
 use store::Cached;
 
@@ -142,10 +154,6 @@ impl Reply {
         };
         Reply::new(answer, outcome)
     }
-
-    fn error(status: u16, error: &str, outcome: Outcome) -> Self {
-        Reply::own(status, serde_json::json!({ "ok": false, "error": error }), outcome, None)
-    }
 }
 
 pub struct Egress {
@@ -177,6 +185,21 @@ impl Egress {
 
     fn count(&self, class: &str, outcome: Outcome) {
         self.shared.metrics.egress.calls.with_label_values(&[class, outcome.as_label()]).inc();
+    }
+
+    /// Every write's accounting, whether or not its answer reaches the client: counted, and
+    /// its audit line (method, channel, which key it carried, outcome — never the token or
+    /// the text).
+    fn account(&self, call: &Call, key: KeyKind, outcome: Outcome) {
+        self.count("write", outcome);
+        info!(
+            target: "slackgate::audit",
+            method = %call.method,
+            channel = call.fields.channel.as_deref().unwrap_or(""),
+            key = key.as_label(),
+            outcome = outcome.as_label(),
+            "egress write"
+        );
     }
 }
 
@@ -220,12 +243,8 @@ async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Resul
     // An absolute-form target (`POST http://host/api/…`) is read as its path (RFC 9112
     // §3.2.2); Pingora has refused one whose authority is not its `Host`.
     let path = head.uri.path();
-    let Some(method) = call::method_of(path) else { return Err(Reply::error(404, "unknown_method", Outcome::Failed)) };
-    let Some(verb) = Verb::of(&head.method) else {
-        let mut reply = Reply::error(405, "method_not_allowed", Outcome::Failed);
-        reply.headers.push(("Allow", "GET, POST"));
-        return Err(reply);
-    };
+    let Some(method) = call::method_of(path) else { return Err(Error::UnknownMethod.into()) };
+    let Some(verb) = Verb::of(&head.method) else { return Err(Error::MethodNotAllowed.into()) };
     let method = method.to_string();
     let path_and_query = head.uri.path_and_query().map_or(path, |p| p.as_str()).to_string();
     let header = |name: &str| head.headers.get(name).and_then(|v| v.to_str().ok()).map(String::from);
@@ -234,7 +253,7 @@ async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Resul
     let forwarded = headers::toward_slack(&head.headers);
     let body = match tokio::time::timeout(body_timeout, read_body(session)).await {
         Ok(body) => body?,
-        Err(_) => return Err(Reply::error(408, "request_timeout", Outcome::Failed)),
+        Err(_) => return Err(Error::RequestTimeout.into()),
     };
     let (fields, body_token) = call::fields(content_type.as_deref(), &body);
     let token = call::token(authorization.as_deref(), body_token);
@@ -242,7 +261,7 @@ async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Resul
 }
 
 async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, Reply> {
-    let too_large = || Reply::error(413, "request_too_large", Outcome::Failed);
+    let too_large = || Reply::from(Error::TooLarge);
     // A length over the cap is refused before a byte of it is read.
     let declared = session.req_header().headers.get(http::header::CONTENT_LENGTH);
     if declared.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok()).is_some_and(|n| n > MAX_CALL_BODY as u64) {
@@ -254,7 +273,7 @@ async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, Reply> {
             Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_CALL_BODY => body.extend_from_slice(&chunk),
             Ok(Some(_)) => return Err(too_large()),
             Ok(None) => return Ok(body),
-            Err(_) => return Err(Reply::error(400, "bad_request", Outcome::Failed)),
+            Err(_) => return Err(Error::BadRequest.into()),
         }
     }
 }
@@ -268,7 +287,7 @@ async fn read_head(session: &mut ServerSession) -> bool {
         Err(e) if *e.etype() == pingora::ErrorType::InvalidHTTPHeader => {
             // The error's context holds the request's bytes (a token among them): only its kind.
             debug!(error = e.etype().as_str(), "a broken request to the egress");
-            let reply = Reply::error(400, "invalid_request", Outcome::Failed);
+            let reply = Reply::from(Error::InvalidRequest);
             let a = &reply.answer;
             if let Ok(mut head) = ResponseHeader::build(400, Some(2)) {
                 let _ = head.insert_header("Content-Type", a.content_type.as_str());
@@ -316,19 +335,6 @@ impl HttpServerApp for Egress {
     }
 }
 
-/// The audit line of one write: method, channel, which key it carried, outcome — never the
-/// token or the text.
-fn audit(call: &Call, key_kind: &'static str, outcome: Outcome) {
-    info!(
-        target: "slackgate::audit",
-        method = %call.method,
-        channel = call.fields.channel.as_deref().unwrap_or(""),
-        key = key_kind,
-        outcome = outcome.as_label(),
-        "egress write"
-    );
-}
-
 /// What the delivery side tells the egress, so that writes can be attributed: which message a
 /// delivery carries, and which messages were deleted or edited. Best effort: a failure here
 /// only means a write is not attributed (and is posted).
@@ -370,8 +376,8 @@ impl Attribution {
     /// A `message_deleted` or `message_changed` arrived: the message's later replies are stale.
     pub async fn changed(&self, message: &crate::slack::Message) {
         let state = match message.subtype.as_deref() {
-            Some("message_deleted") => "deleted",
-            Some("message_changed") => "edited",
+            Some("message_deleted") => SourceState::Deleted,
+            Some("message_changed") => SourceState::Edited,
             _ => return,
         };
         let Some(store) = self.store() else { return };

@@ -11,7 +11,8 @@ use pingora::protocols::http::ServerSession;
 use tracing::debug;
 
 use super::call::Call;
-use super::{headers, respond, Egress, Outcome, Reply};
+use super::error::Error;
+use super::{headers, respond, Egress, Outcome};
 
 impl Egress {
     /// A read; `true` when its answer reached the client whole.
@@ -27,7 +28,7 @@ impl Egress {
             Err(e) => {
                 debug!(method = %call.method, error = %e, "Slack did not answer a read");
                 self.count("read", Outcome::Failed);
-                respond(session, &Reply::error(502, "slackgate_upstream_error", Outcome::Failed)).await
+                respond(session, &Error::Upstream.into()).await
             }
         }
     }

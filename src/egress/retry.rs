@@ -11,16 +11,14 @@ use pingora::protocols::http::ServerSession;
 use tokio::time::Instant;
 use tracing::warn;
 
+use super::error::Error;
 use super::lease::{nonce, Lease};
-use super::store::{EgressStore, Fingerprint, FpUpdate, LEASE, LEASE_RENEW_EVERY};
+use super::plan::{self, BusyWatch, FpSeen, FpStep, KeyKind};
+use super::store::{Cached, EgressStore, Fingerprint, FpUpdate};
 use super::uncertain::Unsettled;
-use super::write::{succeeded, Write};
-use super::{audit, Egress, Outcome, Reply};
-
-/// How long an identical call in flight is watched for its client's going before this call is
-/// taken for a new write of its own (a client that timed out retries at once: its first call
-/// may not be marked lost yet).
-const BUSY_GRACE: Duration = Duration::from_millis(250);
+use super::write::{settles, Write};
+use super::{Egress, Reply};
+use crate::outbox::StoreError;
 
 /// A retry fingerprint this call owns.
 pub(super) struct Tracked {
@@ -45,36 +43,15 @@ async fn client_gone(session: &mut ServerSession) {
     }
 }
 
-/// What an identical call in flight turned out to be.
-#[derive(Debug, PartialEq, Eq)]
-enum Twin {
-    /// Still deciding: poll again.
-    Unsure,
-    /// Alive (its lease is renewed) and its client waits: this call is a write of its own.
-    Alive,
-}
-
-/// Watching an identical call in flight: a live one renews its lease (its beats move) within
-/// one renewal; a dead one's lease lapses and `fp_begin` says unsettled. Bounded either way.
-struct BusyWatch {
-    first_beats: Option<u64>,
-    grace_until: Instant,
-    give_up: Instant,
-}
-
-impl BusyWatch {
-    fn new() -> Self {
-        let now = Instant::now();
-        BusyWatch { first_beats: None, grace_until: now + BUSY_GRACE, give_up: now + LEASE + LEASE_RENEW_EVERY }
-    }
-
-    fn saw(&mut self, beats: u64) -> Twin {
-        let first = *self.first_beats.get_or_insert(beats);
-        let now = Instant::now();
-        if (beats != first && now >= self.grace_until) || now >= self.give_up {
-            return Twin::Alive;
-        }
-        Twin::Unsure
+/// What `fp_begin` said, for the plan; an identical call in flight is read by the watch.
+fn seen(begun: Result<Fingerprint, StoreError>, busy: &mut BusyWatch) -> FpSeen<Cached> {
+    match begun {
+        Err(_) => FpSeen::StoreFailed,
+        Ok(Fingerprint::New) => FpSeen::New,
+        Ok(Fingerprint::Busy { beats }) => FpSeen::Busy(busy.saw(beats, Instant::now())),
+        Ok(Fingerprint::Wait) => FpSeen::Wait,
+        Ok(Fingerprint::Replay(c)) => FpSeen::Replay(c),
+        Ok(Fingerprint::Unsettled { sent_ms }) => FpSeen::Unsettled { sent_ms },
     }
 }
 
@@ -83,48 +60,43 @@ impl Egress {
     pub(super) async fn unkeyed(self: &Arc<Self>, w: Arc<Write>, session: &mut ServerSession) -> bool {
         let (Some(store), Some(th)) = (self.store(), w.token_hash.as_deref()) else {
             let reply = self.send(&w).await;
-            return self.finish_reply(&w.call, "none", reply, session).await;
+            return self.finish_reply(&w.call, KeyKind::None, reply, session).await;
         };
         let fp = Tracked { store: store.clone(), record: store.fp_key(th, &w.call.method, &w.digest), nonce: nonce() };
         let c = self.cfg();
         // The longest the earlier call can run: held (max_wait), sent, looked for (at most
         // twice the evidence window) and sent once more.
         let deadline = Instant::now() + c.timeout * 2 + c.evidence_window * 2 + c.max_wait;
-        let mut busy = BusyWatch::new();
+        let mut busy = BusyWatch::new(Instant::now());
         loop {
             let begun = self.step(&w, fp.store.fp_begin(&fp.record, c.retry_window, &fp.nonce)).await;
-            let reply = match begun {
-                Ok(Fingerprint::Busy { beats }) => match busy.saw(beats) {
-                    Twin::Alive => self.send(&w).await,
-                    Twin::Unsure if still_there(session, Duration::from_millis(25)).await => continue,
-                    Twin::Unsure => return false,
-                },
-                Err(_) => self.send(&w).await,
-                Ok(Fingerprint::New) => {
+            let reply = match plan::on_fingerprint(seen(begun, &mut busy), Instant::now() < deadline) {
+                // A waiter whose own client left posts nothing: the earlier call's result is
+                // kept for whichever retry comes next.
+                FpStep::Poll(pause) if still_there(session, pause).await => continue,
+                FpStep::Poll(_) => return false,
+                FpStep::Send => self.send(&w).await,
+                FpStep::SendTracked => {
                     let lease = Lease::keep(&fp.store, fp.record.clone(), fp.nonce.clone());
                     return self.send_tracked(w, fp, lease, session).await;
                 }
-                Ok(Fingerprint::Replay(c)) => {
-                    let delivered =
-                        self.finish_reply(&w.call, "retry", Reply::new(c, Outcome::ReplayedRetry), session).await;
-                    if delivered {
-                        let _ = self.step(&w, fp.set(FpUpdate::Delivered)).await;
-                    }
-                    return delivered;
-                }
-                Ok(Fingerprint::Unsettled { sent_ms }) => return self.retry_unsettled(w, fp, sent_ms, session).await,
-                Ok(Fingerprint::Wait) if Instant::now() < deadline => {
-                    // A waiter whose own client left posts nothing: the earlier call's result
-                    // is kept for whichever retry comes next.
-                    if !still_there(session, Duration::from_millis(50)).await {
-                        return false;
-                    }
-                    continue;
-                }
-                Ok(Fingerprint::Wait) => self.unknown(&w, "slackgate_retry_pending").await,
+                FpStep::Replay(c) => return self.replay(&w, &fp, c, session).await,
+                FpStep::Reconcile { sent_ms } => return self.retry_unsettled(w, fp, sent_ms, session).await,
+                FpStep::GiveUp => self.unknown(&w, Error::RetryPending).await,
             };
-            return self.finish_reply(&w.call, "retry", reply, session).await;
+            return self.finish_reply(&w.call, KeyKind::Retry, reply, session).await;
         }
+    }
+
+    /// The earlier call's answer, which never reached its client: marked delivered once it
+    /// reaches this one.
+    async fn replay(&self, w: &Write, fp: &Tracked, answer: Cached, session: &mut ServerSession) -> bool {
+        let reply = Reply::new(answer, super::Outcome::ReplayedRetry);
+        let delivered = self.finish_reply(&w.call, KeyKind::Retry, reply, session).await;
+        if delivered {
+            let _ = self.step(w, fp.set(FpUpdate::Delivered)).await;
+        }
+        delivered
     }
 
     /// The earlier identical call never settled and the fingerprint is ours now: found, sent
@@ -143,7 +115,7 @@ impl Egress {
         };
         self.settle(&w, &fp, &reply).await;
         drop(lease);
-        let delivered = self.finish_reply(&w.call, "retry", reply, session).await;
+        let delivered = self.finish_reply(&w.call, KeyKind::Retry, reply, session).await;
         if !delivered {
             let _ = self.step(&w, fp.set(FpUpdate::Lost)).await;
         }
@@ -168,29 +140,25 @@ impl Egress {
                 let reply = task.await.ok();
                 if let Some(r) = &reply {
                     self.settle(&w, &fp, r).await;
-                    self.count("write", r.outcome);
-                    audit(&w.call, "none", r.outcome);
+                    self.account(&w.call, KeyKind::None, r.outcome);
                 }
                 return false;
             }
         };
-        let reply = reply.unwrap_or_else(|| Reply::error(500, "slackgate_internal", Outcome::Failed));
+        let reply = reply.unwrap_or_else(|| Error::Internal.into());
         self.settle(&w, &fp, &reply).await;
-        let delivered = self.finish_reply(&w.call, "none", reply, session).await;
+        let delivered = self.finish_reply(&w.call, KeyKind::None, reply, session).await;
         if !delivered {
             let _ = self.step(&w, fp.set(FpUpdate::Lost)).await;
         }
         delivered
     }
 
-    /// Record how the call ended: its answer kept for a retry when it succeeded, the intent
-    /// kept as unknown when Slack may have taken it, else forgotten (a retry sends again).
+    /// Record how the call ended (`plan::settles`): its answer kept for a retry when it
+    /// succeeded, the intent kept as unknown when Slack may have taken it, else forgotten (a
+    /// retry sends again).
     async fn settle(&self, w: &Write, fp: &Tracked, reply: &Reply) {
-        let update = match reply.outcome {
-            Outcome::Unknown => FpUpdate::Unknown,
-            _ if succeeded(&reply.answer) => FpUpdate::Done(&reply.answer),
-            _ => FpUpdate::Drop,
-        };
+        let update = FpUpdate::settled(settles(reply), &reply.answer);
         if let Err(e) = self.step(w, fp.set(update)).await {
             warn!(error = %e, "cannot record the write's outcome for its retries");
         }
@@ -198,31 +166,7 @@ impl Egress {
 }
 
 impl Tracked {
-    async fn set(&self, update: FpUpdate<'_>) -> Result<(), crate::outbox::StoreError> {
+    async fn set(&self, update: FpUpdate<'_>) -> Result<(), StoreError> {
         self.store.fp_set(&self.record, &self.nonce, update).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::time::advance;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_twin_is_alive_once_its_lease_is_seen_renewed_and_never_waited_for_long() {
-        let mut live = BusyWatch::new();
-        assert_eq!(live.saw(3), Twin::Unsure);
-        advance(Duration::from_millis(100)).await;
-        assert_eq!(live.saw(4), Twin::Unsure, "within the grace its client may still be going");
-        advance(BUSY_GRACE).await;
-        assert_eq!(live.saw(4), Twin::Alive, "renewed, past the grace");
-        // A dead call's beats never move; its lease lapses first (fp_begin says unsettled), and
-        // in any case the watch ends one renewal after a lease.
-        let mut dead = BusyWatch::new();
-        assert_eq!(dead.saw(7), Twin::Unsure);
-        advance(LEASE).await;
-        assert_eq!(dead.saw(7), Twin::Unsure);
-        advance(LEASE_RENEW_EVERY).await;
-        assert_eq!(dead.saw(7), Twin::Alive);
     }
 }

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use redis::{AsyncCommands, Script, Value};
 use tokio::sync::OnceCell;
 
+use super::plan::{Settle, SourceState};
 use super::scripts;
 use crate::outbox::StoreError;
 
@@ -117,12 +118,48 @@ pub const LEASE: Duration = Duration::from_secs(3);
 pub const LEASE_RENEW_EVERY: Duration = Duration::from_secs(1);
 
 /// What changes about a fingerprint.
+#[derive(Clone, Copy)]
 pub enum FpUpdate<'a> {
+    /// The call's client went before its answer: the answer is its retry's.
     Lost,
+    /// A replayed answer reached its client.
     Delivered,
     Done(&'a Cached),
     Unknown,
     Drop,
+}
+
+impl<'a> FpUpdate<'a> {
+    /// As the `fp_set` script takes it.
+    pub fn as_label(self) -> &'static str {
+        match self {
+            FpUpdate::Lost => "lost",
+            FpUpdate::Delivered => "delivered",
+            FpUpdate::Done(_) => Settle::Keep.as_label(),
+            FpUpdate::Unknown => Settle::Unknown.as_label(),
+            FpUpdate::Drop => Settle::Drop.as_label(),
+        }
+    }
+
+    /// How a settled outcome is written to a fingerprint.
+    pub(super) fn settled(settle: Settle, answer: &'a Cached) -> Self {
+        match settle {
+            Settle::Keep => FpUpdate::Done(answer),
+            Settle::Unknown => FpUpdate::Unknown,
+            Settle::Drop => FpUpdate::Drop,
+        }
+    }
+}
+
+impl<'a> IdemEnd<'a> {
+    /// How a settled outcome is written to a key's record.
+    pub(super) fn settled(settle: Settle, answer: &'a Cached) -> Self {
+        match settle {
+            Settle::Keep => IdemEnd::Done(answer),
+            Settle::Unknown => IdemEnd::Unknown,
+            Settle::Drop => IdemEnd::Drop,
+        }
+    }
 }
 
 /// The delivered message a write answers.
@@ -132,8 +169,7 @@ pub struct Attributed {
     pub delivery: String,
     /// The attempt (run) the delivery is on.
     pub run: u64,
-    /// `deleted`, `edited` or empty.
-    pub state: String,
+    pub state: SourceState,
 }
 
 /// Where a write goes: a channel of a workspace.
@@ -251,9 +287,9 @@ impl EgressStore {
         let mut inv = self.s.idem_finish.key(record);
         inv.key(lease_of(record)).arg(nonce);
         match end {
-            IdemEnd::Done(c) => inv.arg("done").arg(&c.args()[..]).arg(DAY_MS),
-            IdemEnd::Unknown => inv.arg("unknown"),
-            IdemEnd::Drop => inv.arg("drop"),
+            IdemEnd::Done(c) => inv.arg(Settle::Keep.as_label()).arg(&c.args()[..]).arg(DAY_MS),
+            IdemEnd::Unknown => inv.arg(Settle::Unknown.as_label()),
+            IdemEnd::Drop => inv.arg(Settle::Drop.as_label()),
         };
         let _: i64 = inv.invoke_async(&mut self.conn.clone()).await?;
         Ok(())
@@ -298,11 +334,8 @@ impl EgressStore {
         let mut inv = self.s.fp_set.key(record);
         inv.key(lease_of(record)).arg(nonce);
         match update {
-            FpUpdate::Lost => inv.arg("lost"),
-            FpUpdate::Delivered => inv.arg("delivered"),
-            FpUpdate::Unknown => inv.arg("unknown"),
-            FpUpdate::Drop => inv.arg("drop"),
-            FpUpdate::Done(c) => inv.arg("done").arg(&c.args()[..]),
+            FpUpdate::Done(c) => inv.arg(update.as_label()).arg(&c.args()[..]),
+            _ => inv.arg(update.as_label()),
         };
         let _: i64 = inv.invoke_async(&mut self.conn.clone()).await?;
         Ok(())
@@ -365,9 +398,9 @@ impl EgressStore {
     }
 
     /// The message `ts` was deleted or edited (a no-op unless the gateway delivered it).
-    pub async fn mark(&self, p: &Place<'_>, ts: &str, state: &str) -> Result<(), StoreError> {
+    pub async fn mark(&self, p: &Place<'_>, ts: &str, state: SourceState) -> Result<(), StoreError> {
         let k = format!("{}:m:{ts}", self.channel_tag(p));
-        let _: i64 = self.s.mark.key(k).arg(state).invoke_async(&mut self.conn.clone()).await?;
+        let _: i64 = self.s.mark.key(k).arg(state.as_label()).invoke_async(&mut self.conn.clone()).await?;
         Ok(())
     }
 
@@ -384,9 +417,12 @@ impl EgressStore {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match reply.as_slice() {
-            [ts, d, n, st] => {
-                Some(Attributed { ts: ts.clone(), delivery: d.clone(), run: n.parse().unwrap_or(1), state: st.clone() })
-            }
+            [ts, d, n, st] => Some(Attributed {
+                ts: ts.clone(),
+                delivery: d.clone(),
+                run: n.parse().unwrap_or(1),
+                state: SourceState::from_stored(st),
+            }),
             _ => None,
         })
     }
@@ -490,5 +526,24 @@ mod tests {
         let old = [b"200".to_vec(), b"application/json".to_vec(), b"{}".to_vec(), Vec::new()];
         let old = Cached::from_parts(&old.map(Value::BulkString)).unwrap();
         assert_eq!((old.content_type.as_str(), old.headers.len()), ("application/json", 0));
+    }
+
+    #[test]
+    fn states_are_written_as_the_scripts_and_existing_records_know_them() {
+        let c = Cached {
+            status: 200,
+            content_type: "application/json".into(),
+            body: Bytes::from_static(b"{}"),
+            retry_after: None,
+            headers: Vec::new(),
+        };
+        let fp = [FpUpdate::Lost, FpUpdate::Delivered, FpUpdate::Done(&c), FpUpdate::Unknown, FpUpdate::Drop];
+        assert_eq!(fp.map(FpUpdate::as_label), ["lost", "delivered", "done", "unknown", "drop"]);
+        let settled = [Settle::Keep, Settle::Unknown, Settle::Drop].map(|s| FpUpdate::settled(s, &c).as_label());
+        assert_eq!(settled, ["done", "unknown", "drop"]);
+        assert!(matches!(IdemEnd::settled(Settle::Keep, &c), IdemEnd::Done(_)));
+        assert!(matches!(IdemEnd::settled(Settle::Unknown, &c), IdemEnd::Unknown));
+        assert!(matches!(IdemEnd::settled(Settle::Drop, &c), IdemEnd::Drop));
+        assert_eq!([SourceState::Deleted, SourceState::Edited].map(SourceState::as_label), ["deleted", "edited"]);
     }
 }

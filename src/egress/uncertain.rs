@@ -22,30 +22,15 @@ use std::time::Duration;
 
 use tracing::warn;
 
+use super::error::Error;
 use super::look::LookError;
 use super::notes::NoteList;
+use super::plan::{self, LookGap, Looks, Recovery, LOOKS};
 use super::slack_api::Identity;
 use super::store::Cached;
-use super::write::Write;
-use super::{cached, Egress, Outcome, Reply};
+use super::write::{forwarded, Write};
+use super::{Egress, Outcome, Reply};
 use crate::clock::now_ms;
-
-/// How a write whose outcome is unknown is recovered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Recovery {
-    LookFor,
-    SendAgain,
-    Unknown,
-}
-
-fn recovery(method: &str) -> Recovery {
-    match method {
-        "chat.postMessage" => Recovery::LookFor,
-        "chat.update" | "chat.delete" | "reactions.add" | "reactions.remove" | "views.update" | "views.publish"
-        | "pins.add" | "pins.remove" => Recovery::SendAgain,
-        _ => Recovery::Unknown,
-    }
-}
 
 enum Looked {
     Found(Cached),
@@ -61,11 +46,6 @@ pub(super) enum Unsettled {
     SendAgain,
 }
 
-/// At most this many looks for one post; the first three spread over the evidence window.
-const LOOKS: u64 = 4;
-/// A refused look waits at least this long before the next, and at most `evidence_window`.
-const MIN_LOOK_GAP: Duration = Duration::from_secs(1);
-
 /// Sleep until the wall clock reads `at_ms`.
 async fn sleep_until_ms(at_ms: u64) {
     tokio::time::sleep(Duration::from_millis(at_ms.saturating_sub(now_ms()))).await;
@@ -74,13 +54,13 @@ async fn sleep_until_ms(at_ms: u64) {
 impl Egress {
     /// This call's own write may have reached Slack without an answer.
     pub(super) async fn uncertain(&self, w: &Write, who: Option<&Identity>, sent_ms: u64) -> Reply {
-        match recovery(&w.call.method) {
-            Recovery::Unknown => self.unknown(w, "slackgate_uncertain").await,
+        match plan::recovery(&w.call.method) {
+            Recovery::Unknown => self.unknown(w, Error::Uncertain).await,
             Recovery::SendAgain => self.send_once_more(w).await,
             Recovery::LookFor => match self.look_for(w, who, sent_ms, now_ms()).await {
                 Looked::Found(answer) => Reply::new(answer, Outcome::Reconciled),
                 Looked::NotFound => self.send_once_more(w).await,
-                Looked::Unsure => self.unknown(w, "slackgate_uncertain").await,
+                Looked::Unsure => self.unknown(w, Error::Uncertain).await,
             },
         }
     }
@@ -88,38 +68,33 @@ impl Egress {
     /// An earlier call of this write (sent at `sent_ms`) never settled: its outcome was
     /// unknown, or its call died holding the claim.
     pub(super) async fn unsettled(&self, w: &Write, sent_ms: u64) -> Unsettled {
-        // A send time from the record is never in the future (it would hold the looks).
-        let sent_ms = sent_ms.min(now_ms());
-        match recovery(&w.call.method) {
-            Recovery::Unknown => Unsettled::Answer(self.unknown(w, "slackgate_uncertain").await),
+        match plan::recovery(&w.call.method) {
+            Recovery::Unknown => Unsettled::Answer(self.unknown(w, Error::Uncertain).await),
             Recovery::SendAgain => Unsettled::SendAgain,
             Recovery::LookFor => {
                 let who = match (w.token_hash.as_deref(), w.call.token.as_ref()) {
                     (Some(th), Some(token)) => self.slack.identity(th, token).await,
                     _ => None,
                 };
-                // The dead call may have given up as late as its timeout: the window starts there.
-                let from_ms = sent_ms.saturating_add(self.cfg().timeout.as_millis() as u64);
+                let (sent_ms, from_ms) = plan::unsettled_from(sent_ms, now_ms(), self.cfg().timeout);
                 match self.look_for(w, who.as_ref(), sent_ms, from_ms).await {
                     Looked::Found(answer) => Unsettled::Answer(Reply::new(answer, Outcome::Reconciled)),
                     Looked::NotFound => Unsettled::SendAgain,
-                    Looked::Unsure => Unsettled::Answer(self.unknown(w, "slackgate_uncertain").await),
+                    Looked::Unsure => Unsettled::Answer(self.unknown(w, Error::Uncertain).await),
                 }
             }
         }
     }
 
     async fn send_once_more(&self, w: &Write) -> Reply {
-        match self.slack.forward(&w.call, self.cfg().timeout).await {
-            Ok(r) => Reply::new(cached(r), Outcome::Forwarded),
-            Err(e) if e.maybe_sent() => self.unknown(w, "slackgate_uncertain").await,
-            Err(_) => Reply::error(502, "slackgate_upstream_error", Outcome::Failed),
+        match forwarded(self.slack.forward(&w.call, self.cfg().timeout).await) {
+            Ok(reply) => reply,
+            Err(_) => self.unknown(w, Error::Uncertain).await,
         }
     }
 
-    /// Look for a post sent at `sent_ms` whose answer was given up at `from_ms`. A post that
-    /// landed late shows by the end of the evidence window after that, so "not found" needs a
-    /// look that ran at or after its end; looks refused on the way (429, errors) wait as Slack
+    /// Look for a post sent at `sent_ms` whose answer was given up at `from_ms`, by the
+    /// evidence-window rule ([`Looks`]): looks refused on the way (429, errors) wait as Slack
     /// asks and stop at twice the window — then unsure.
     async fn look_for(&self, w: &Write, who: Option<&Identity>, sent_ms: u64, from_ms: u64) -> Looked {
         let f = &w.call.fields;
@@ -128,71 +103,38 @@ impl Egress {
         else {
             return Looked::Unsure;
         };
-        let window = self.cfg().evidence_window;
-        let window_ms = window.as_millis() as u64;
-        let covered_at = from_ms.saturating_add(window_ms);
-        let give_up_at = covered_at.saturating_add(window_ms);
+        let looks = Looks::new(from_ms, self.cfg().evidence_window);
         let mut not_before = 0;
         for i in 1..=LOOKS {
-            let at = from_ms.saturating_add(window_ms * i.min(3) / 3).max(not_before);
-            if at > give_up_at {
-                break;
-            }
+            let Some(at) = looks.at(i, not_before) else { break };
             sleep_until_ms(at).await;
             let looked_at = now_ms();
-            let gap = match self.slack.find_post(token, who, channel, f.thread_ts.as_deref(), text, sent_ms).await {
+            let look = match self.slack.find_post(token, who, channel, f.thread_ts.as_deref(), text, sent_ms).await {
                 Ok(Some(found)) => return Looked::Found(found),
-                Ok(None) if looked_at >= covered_at => return Looked::NotFound,
-                Ok(None) => Duration::ZERO,
-                Err(LookError::RateLimited(after)) => {
-                    after.unwrap_or(MIN_LOOK_GAP).clamp(MIN_LOOK_GAP, window.max(MIN_LOOK_GAP))
-                }
+                Ok(None) if looks.not_found(looked_at) => return Looked::NotFound,
+                Ok(None) => LookGap::Ran,
+                Err(LookError::RateLimited(after)) => LookGap::RateLimited(after),
                 Err(LookError::Failed(e)) => {
                     warn!(error = %e, "cannot look for an uncertain post");
-                    MIN_LOOK_GAP.min(window)
+                    LookGap::Failed
                 }
             };
-            not_before = now_ms().saturating_add(gap.as_millis() as u64);
+            not_before = now_ms().saturating_add(looks.gap(look).as_millis() as u64);
         }
         Looked::Unsure
     }
 
-    /// Unknown: noted, and an error the bot's client retries.
-    pub(super) async fn unknown(&self, w: &Write, error: &str) -> Reply {
+    /// Unknown (`Error::Uncertain` or `RetryPending`): noted, and an error the bot's client
+    /// retries.
+    pub(super) async fn unknown(&self, w: &Write, error: Error) -> Reply {
         if let Some(store) = self.store() {
             let note = serde_json::json!({
-                "at": now_ms(), "method": w.call.method, "channel": w.call.fields.channel, "error": error,
+                "at": now_ms(), "method": w.call.method, "channel": w.call.fields.channel, "error": error.code(),
             });
             if let Err(e) = self.step(w, store.note(NoteList::Unknown, &note, now_ms())).await {
                 warn!(error = %e, "cannot keep the note of an unknown write");
             }
         }
-        let mut reply = Reply::error(503, error, Outcome::Unknown);
-        reply.answer.retry_after = Some(5);
-        reply
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_harmless_writes_are_repeated_and_only_posts_looked_for() {
-        assert_eq!(recovery("chat.postMessage"), Recovery::LookFor);
-        for m in ["chat.update", "chat.delete", "reactions.add", "views.update", "pins.remove"] {
-            assert_eq!(recovery(m), Recovery::SendAgain, "{m}");
-        }
-        for m in [
-            "chat.postEphemeral",
-            "chat.scheduleMessage",
-            "chat.meMessage",
-            "views.open",
-            "views.push",
-            "files.completeUploadExternal",
-            "custom.write",
-        ] {
-            assert_eq!(recovery(m), Recovery::Unknown, "{m}");
-        }
+        error.into()
     }
 }

@@ -1,0 +1,404 @@
+//! The write path's decisions, as pure functions: time and randomness come in as arguments, and
+//! nothing here touches Redis, Slack or the client. The I/O steps (`keyed`, `retry`,
+//! `attribution`, `rerun`, `pacing`, `uncertain`, `look`) ask these what to do, then do it.
+//!
+//! - [`layer`]: which key layer a write goes through; [`on_key`]: what its key's claim means.
+//! - [`on_fingerprint`] (and [`BusyWatch`]): what an identical earlier call means for this one.
+//! - [`withhold`]: whether a write's source is gone.
+//! - [`rerun`]: whether a write of a re-run replays the earlier run's.
+//! - [`pace_per`], [`retry_wait`]: pacing, and how long Slack's 429 is waited out.
+//! - [`settles`]: what an outcome leaves in a record for the next identical call.
+//! - [`recovery`], [`Looks`]: an uncertain write, by method, and the evidence-window rule.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::error::Error;
+use super::store::{Cached, IdemClaim, LEASE, LEASE_RENEW_EVERY};
+use super::Outcome;
+
+/// Which key a write carried, as its audit line says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyKind {
+    /// No key: sent as it is, or a write of its own under its fingerprint.
+    None,
+    /// An `Idempotency-Key`.
+    Key,
+    /// A client's own retry of an identical call (its fingerprint).
+    Retry,
+}
+
+impl KeyKind {
+    pub fn as_label(self) -> &'static str {
+        match self {
+            KeyKind::None => "none",
+            KeyKind::Key => "key",
+            KeyKind::Retry => "retry",
+        }
+    }
+}
+
+/// Which layer dedupes a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layer {
+    /// No token: nothing to scope a key by; Slack answers it.
+    Plain,
+    /// `Idempotency-Key`.
+    Keyed,
+    /// The retry fingerprint (token, method, query and body).
+    Fingerprint,
+}
+
+/// The layer of a write, by what it carries.
+pub(super) fn layer(has_token: bool, has_idempotency_key: bool) -> Layer {
+    match (has_token, has_idempotency_key) {
+        (false, _) => Layer::Plain,
+        (true, true) => Layer::Keyed,
+        (true, false) => Layer::Fingerprint,
+    }
+}
+
+/// What a keyed call does, given its claim of the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum KeyStep {
+    /// Refused: in flight, reused for another request, or no store to claim it in.
+    Refuse(Error),
+    /// The answer of the key's earlier call.
+    Replay(Cached),
+    /// The key is this call's: send.
+    Send,
+    /// The key's earlier call never settled: this call settles it by the uncertain-write rules.
+    Reconcile { sent_ms: u64 },
+}
+
+/// A keyed call's step, by its claim (`None`: Redis did not say; a key fails closed).
+pub(super) fn on_key(claim: Option<IdemClaim>) -> KeyStep {
+    match claim {
+        None => KeyStep::Refuse(Error::StoreUnavailable),
+        Some(IdemClaim::InFlight) => KeyStep::Refuse(Error::KeyInFlight),
+        Some(IdemClaim::Reused) => KeyStep::Refuse(Error::KeyReused),
+        Some(IdemClaim::Done(c)) => KeyStep::Replay(c),
+        Some(IdemClaim::Claimed) => KeyStep::Send,
+        Some(IdemClaim::Unsettled { sent_ms }) => KeyStep::Reconcile { sent_ms },
+    }
+}
+
+/// What an identical call in flight turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Twin {
+    /// Still deciding: poll again.
+    Unsure,
+    /// Alive (its lease is renewed) and its client waits: this call is a write of its own.
+    Alive,
+}
+
+/// How long an identical call in flight is watched for its client's going before this call is
+/// taken for a new write of its own (a client that timed out retries at once: its first call
+/// may not be marked lost yet).
+pub(super) const BUSY_GRACE: Duration = Duration::from_millis(250);
+
+/// Watching an identical call in flight: a live one renews its lease (its beats move) within
+/// one renewal; a dead one's lease lapses and `fp_begin` says unsettled. Bounded either way.
+pub(super) struct BusyWatch {
+    first_beats: Option<u64>,
+    grace_until: Instant,
+    give_up: Instant,
+}
+
+impl BusyWatch {
+    pub fn new(now: Instant) -> Self {
+        BusyWatch { first_beats: None, grace_until: now + BUSY_GRACE, give_up: now + LEASE + LEASE_RENEW_EVERY }
+    }
+
+    /// The twin's lease renewals read `beats` at `now`.
+    pub fn saw(&mut self, beats: u64, now: Instant) -> Twin {
+        let first = *self.first_beats.get_or_insert(beats);
+        if (beats != first && now >= self.grace_until) || now >= self.give_up {
+            return Twin::Alive;
+        }
+        Twin::Unsure
+    }
+}
+
+/// What `fp_begin` found for this call's fingerprint; `T`: the answer it keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum FpSeen<T> {
+    /// Redis did not say.
+    StoreFailed,
+    New,
+    /// An identical call is in flight, its client waiting; how the watch reads it.
+    Busy(Twin),
+    /// An identical call is in flight, its client gone: its result will be this call's.
+    Wait,
+    Replay(T),
+    Unsettled {
+        sent_ms: u64,
+    },
+}
+
+/// What a call does about its fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum FpStep<T> {
+    /// Send it as a write of its own, its fingerprint not ours.
+    Send,
+    /// The fingerprint is ours: send it, watching the client.
+    SendTracked,
+    /// The earlier call's answer, which never reached its client.
+    Replay(T),
+    /// The earlier call never settled: by the uncertain-write rules.
+    Reconcile { sent_ms: u64 },
+    /// Look again after this long (while the client is still there).
+    Poll(Duration),
+    /// Waited as long as the earlier call can run: unknown.
+    GiveUp,
+}
+
+/// A call's step, given what its fingerprint holds and whether the earlier call could still be
+/// running (`before_deadline`).
+pub(super) fn on_fingerprint<T>(seen: FpSeen<T>, before_deadline: bool) -> FpStep<T> {
+    match seen {
+        FpSeen::StoreFailed | FpSeen::Busy(Twin::Alive) => FpStep::Send,
+        FpSeen::Busy(Twin::Unsure) => FpStep::Poll(Duration::from_millis(25)),
+        FpSeen::New => FpStep::SendTracked,
+        FpSeen::Replay(answer) => FpStep::Replay(answer),
+        FpSeen::Unsettled { sent_ms } => FpStep::Reconcile { sent_ms },
+        FpSeen::Wait if before_deadline => FpStep::Poll(Duration::from_millis(50)),
+        FpSeen::Wait => FpStep::GiveUp,
+    }
+}
+
+/// What the gateway recorded about a delivered message, as stored (`st`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceState {
+    /// Neither deleted nor edited (stored as nothing).
+    Current,
+    Deleted,
+    Edited,
+}
+
+impl SourceState {
+    pub fn as_label(self) -> &'static str {
+        match self {
+            SourceState::Current => "",
+            SourceState::Deleted => "deleted",
+            SourceState::Edited => "edited",
+        }
+    }
+
+    /// A stored state; anything unknown reads as current (its write is posted).
+    pub fn from_stored(s: &str) -> Self {
+        [SourceState::Deleted, SourceState::Edited]
+            .into_iter()
+            .find(|st| st.as_label() == s)
+            .unwrap_or(SourceState::Current)
+    }
+}
+
+/// Why a write was withheld.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gone {
+    Deleted,
+    Edited,
+}
+
+impl Gone {
+    pub fn outcome(self) -> Outcome {
+        match self {
+            Gone::Deleted => Outcome::WithheldDeleted,
+            Gone::Edited => Outcome::WithheldEdited,
+        }
+    }
+}
+
+/// Whether a write attributed to a source in `state` is withheld: its source was deleted, or
+/// edited when `withhold_edited`. An unattributed write is posted.
+pub(super) fn withhold(state: Option<SourceState>, withhold_edited: bool) -> Option<Gone> {
+    match state? {
+        SourceState::Deleted => Some(Gone::Deleted),
+        SourceState::Edited if withhold_edited => Some(Gone::Edited),
+        _ => None,
+    }
+}
+
+/// Whether re-runs are replayed for this write: opt-in, attributed, and not an update (an
+/// update of the earlier run's post is the bot's own correction).
+pub(super) fn rerun_applies(enabled: bool, method: &str, attributed: bool) -> bool {
+    enabled && attributed && method != "chat.update"
+}
+
+/// What a re-run's k-th write does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Rerun<T> {
+    /// An earlier run made this k-th write: its answer.
+    Replay(T),
+    /// Post it, and record it as the k-th write of this run.
+    Record(u64),
+}
+
+/// The k-th write of run `run`, given the k-th such write an earlier run made, if any.
+pub(super) fn rerun<T>(k: u64, earlier: Option<(u64, T)>, run: u64) -> Rerun<T> {
+    match earlier {
+        Some((earlier_run, answer)) if earlier_run < run => Rerun::Replay(answer),
+        _ => Rerun::Record(k),
+    }
+}
+
+/// The method that posts a message: paced, looked for when uncertain, its post's source kept.
+pub(super) const POST_MESSAGE: &str = "chat.postMessage";
+
+/// Whether a write waits for its app's pace in the channel.
+pub(super) fn is_paced(method: &str) -> bool {
+    method == POST_MESSAGE
+}
+
+/// Whether a successful write's answer names a new post whose source is recorded (so that an
+/// update or delete of it is attributed to the same source).
+pub(super) fn records_its_post(method: &str) -> bool {
+    method == POST_MESSAGE
+}
+
+/// The gap between two posts of an app in a channel.
+pub(super) fn pace_per(per_second: f64) -> Duration {
+    Duration::from_secs_f64(1.0 / per_second)
+}
+
+/// The `Retry-After` the bot gets when the pace would hold its post past `max_wait`.
+pub(super) fn paced_out_after(per: Duration) -> u64 {
+    per.as_secs().max(1)
+}
+
+/// Slack's `Retry-After` is honoured no sooner than this: a `0` (or none) must not become a
+/// burst of re-sends.
+pub(super) const MIN_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+/// How long to wait out Slack's 429 before sending again (`Retry-After`, bounded to
+/// `[1 s, max_wait]`), or `None` when that would go past `max_wait` since the write began.
+pub(super) fn retry_wait(retry_after: Option<Duration>, elapsed: Duration, max_wait: Duration) -> Option<Duration> {
+    let wait = retry_after.unwrap_or(MIN_RETRY_WAIT).clamp(MIN_RETRY_WAIT, max_wait.max(MIN_RETRY_WAIT));
+    (elapsed.saturating_add(wait) <= max_wait).then_some(wait)
+}
+
+/// What a write's outcome leaves in its record (a key's, a fingerprint's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Settle {
+    /// Slack took it: the answer is kept and replayed.
+    Keep,
+    /// Slack may have taken it: the next identical call reconciles.
+    Unknown,
+    /// Slack did not take it: forgotten, the next call sends again.
+    Drop,
+}
+
+impl Settle {
+    /// As the record's scripts take it (`done`, `unknown`, `drop`).
+    pub fn as_label(self) -> &'static str {
+        match self {
+            Settle::Keep => "done",
+            Settle::Unknown => "unknown",
+            Settle::Drop => "drop",
+        }
+    }
+}
+
+/// What an outcome settles; `ok`: Slack's answer was a success (a 2xx with `"ok": true`).
+pub(super) fn settles(outcome: Outcome, ok: bool) -> Settle {
+    match outcome {
+        Outcome::Unknown => Settle::Unknown,
+        _ if ok => Settle::Keep,
+        _ => Settle::Drop,
+    }
+}
+
+/// How a write whose outcome is unknown is recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recovery {
+    LookFor,
+    SendAgain,
+    Unknown,
+}
+
+pub(super) fn recovery(method: &str) -> Recovery {
+    match method {
+        POST_MESSAGE => Recovery::LookFor,
+        "chat.update" | "chat.delete" | "reactions.add" | "reactions.remove" | "views.update" | "views.publish"
+        | "pins.add" | "pins.remove" => Recovery::SendAgain,
+        _ => Recovery::Unknown,
+    }
+}
+
+/// Where the window of an earlier call's looks starts: the dead call may have given up as late
+/// as its timeout. A send time from the record is never taken to be in the future.
+pub(super) fn unsettled_from(sent_ms: u64, now_ms: u64, timeout: Duration) -> (u64, u64) {
+    let sent_ms = sent_ms.min(now_ms);
+    (sent_ms, sent_ms.saturating_add(timeout.as_millis() as u64))
+}
+
+/// At most this many looks for one post; the first three spread over the evidence window.
+pub(super) const LOOKS: u64 = 4;
+/// A refused look waits at least this long before the next, and at most `evidence_window`.
+pub(super) const MIN_LOOK_GAP: Duration = Duration::from_secs(1);
+
+/// The looks for a post whose answer was given up at `from_ms`. A post that landed late shows
+/// by the end of the evidence window after that, so "not found" needs a look that ran at or
+/// after its end; refused looks stop at twice the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Looks {
+    from_ms: u64,
+    window: Duration,
+}
+
+/// How a look went, for the gap before the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LookGap {
+    /// Ran, and did not find it.
+    Ran,
+    /// Slack said 429, with its `Retry-After` if any.
+    RateLimited(Option<Duration>),
+    Failed,
+}
+
+impl Looks {
+    pub fn new(from_ms: u64, window: Duration) -> Self {
+        Looks { from_ms, window }
+    }
+
+    fn window_ms(&self) -> u64 {
+        self.window.as_millis() as u64
+    }
+
+    /// A look that ran at or after this found what could have landed.
+    pub fn covered_at(&self) -> u64 {
+        self.from_ms.saturating_add(self.window_ms())
+    }
+
+    fn give_up_at(&self) -> u64 {
+        self.covered_at().saturating_add(self.window_ms())
+    }
+
+    /// When the `i`-th look (from 1) runs, no sooner than `not_before`; `None` past giving up.
+    pub fn at(&self, i: u64, not_before: u64) -> Option<u64> {
+        let at = self.from_ms.saturating_add(self.window_ms() * i.min(3) / 3).max(not_before);
+        (at <= self.give_up_at()).then_some(at)
+    }
+
+    /// Whether a look at `looked_at` that did not find the post means it is not there.
+    pub fn not_found(&self, looked_at: u64) -> bool {
+        looked_at >= self.covered_at()
+    }
+
+    /// How long after a look the next may run.
+    pub fn gap(&self, look: LookGap) -> Duration {
+        match look {
+            LookGap::Ran => Duration::ZERO,
+            LookGap::RateLimited(after) => {
+                after.unwrap_or(MIN_LOOK_GAP).clamp(MIN_LOOK_GAP, self.window.max(MIN_LOOK_GAP))
+            }
+            LookGap::Failed => MIN_LOOK_GAP.min(self.window),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
