@@ -14,6 +14,7 @@ use super::store::{Attributed, Cached, EgressStore, Place};
 use super::write::Write;
 use super::{Egress, Reply};
 use crate::clock::now_ms;
+use crate::outbox::Channel;
 
 /// Where an attributable write goes, who sends it, and the delivered message it answers.
 pub(super) struct Target<'a> {
@@ -26,6 +27,11 @@ pub(super) struct Target<'a> {
 impl Target<'_> {
     pub fn place(&self) -> Place<'_> {
         Place { team: &self.who.team, channel: self.channel }
+    }
+
+    /// The same place, as the conversation records name it.
+    pub fn channel(&self) -> Channel<'_> {
+        Channel { team: &self.who.team, channel: self.channel }
     }
 }
 
@@ -41,7 +47,9 @@ impl Egress {
         let who = self.slack.identity(th, token).await?;
         let mut to = Target { store, who, channel, source: None };
         if let Some(thread) = w.call.fields.thread() {
-            to.source = self.step(w, store.lookup(&to.place(), thread)).await.ok().flatten();
+            let records = store.conversations(self.cfg().attribution_window);
+            let found = self.step(w, records.source(to.channel(), thread)).await;
+            to.source = found.ok().flatten().map(Attributed::from);
         }
         Some(to)
     }
@@ -67,8 +75,8 @@ impl Egress {
         if plan::records_its_post(&w.call.method) {
             let posted = serde_json::from_slice::<serde_json::Value>(&answer.body).ok();
             if let Some(ts) = posted.as_ref().and_then(|v| v["ts"].as_str()) {
-                let window = self.cfg().attribution_window;
-                let _ = self.step(w, to.store.posted(&to.place(), ts, &source.ts, window)).await;
+                let records = to.store.conversations(self.cfg().attribution_window);
+                let _ = self.step(w, records.posted(to.channel(), ts, &source.ts)).await;
             }
         }
     }

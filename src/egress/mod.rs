@@ -35,7 +35,6 @@ mod uncertain;
 mod write;
 
 pub use notes::{is_cursor, NoteList, NotePage};
-use plan::SourceState;
 pub use store::{EgressStore, Place};
 
 use std::sync::{Arc, OnceLock};
@@ -332,58 +331,5 @@ impl HttpServerApp for Egress {
         let settings = HttpPersistentSettings::for_session(&session);
         let reusable = session.finish().await.ok()??;
         Some(ReusedHttpStream::from_reusable_stream(reusable, settings))
-    }
-}
-
-/// What the delivery side tells the egress, so that writes can be attributed: which message a
-/// delivery carries, and which messages were deleted or edited. Best effort: a failure here
-/// only means a write is not attributed (and is posted).
-#[derive(Clone)]
-pub struct Attribution(Arc<AttributionInner>);
-
-struct AttributionInner {
-    redis: Endpoint,
-    prefix: String,
-    window: Duration,
-    /// Connected on first use, on the runtime of the service that uses it.
-    store: OnceLock<EgressStore>,
-}
-
-impl Attribution {
-    pub fn new(redis: &Endpoint, prefix: &str, window: Duration) -> Attribution {
-        let inner = AttributionInner { redis: redis.clone(), prefix: prefix.into(), window, store: OnceLock::new() };
-        Attribution(Arc::new(inner))
-    }
-
-    fn store(&self) -> Option<&EgressStore> {
-        let a = &self.0;
-        if let Some(s) = a.store.get() {
-            return Some(s);
-        }
-        let conn = outbox::connect_lazy(&a.redis, Duration::from_secs(2)).ok()?;
-        Some(a.store.get_or_init(|| EgressStore::new(conn, &a.prefix)))
-    }
-
-    /// A worker is about to send attempt `run` of `delivery`, whose message is `c`'s.
-    pub async fn delivering(&self, c: &crate::slack::Conversation, delivery: &str, run: u64, app: &str) {
-        let Some(store) = self.store() else { return };
-        let place = Place { team: &c.team, channel: &c.channel };
-        if let Err(e) = store.delivering(&place, &c.ts, &c.thread, delivery, run, app, self.0.window).await {
-            debug!(error = %e, "cannot record the delivered message for the egress");
-        }
-    }
-
-    /// A `message_deleted` or `message_changed` arrived: the message's later replies are stale.
-    pub async fn changed(&self, message: &crate::slack::Message) {
-        let state = match message.subtype.as_deref() {
-            Some("message_deleted") => SourceState::Deleted,
-            Some("message_changed") => SourceState::Edited,
-            _ => return,
-        };
-        let Some(store) = self.store() else { return };
-        let place = Place { team: &message.team, channel: &message.channel };
-        if let Err(e) = store.mark(&place, &message.ts, state).await {
-            debug!(error = %e, "cannot mark the message for the egress");
-        }
     }
 }

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::error::Error;
 use super::store::{Cached, IdemClaim, LEASE, LEASE_RENEW_EVERY};
 use super::Outcome;
+use crate::outbox::Change;
 
 /// Which key a write carried, as its audit line says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,30 +169,23 @@ pub(super) fn on_fingerprint<T>(seen: FpSeen<T>, before_deadline: bool) -> FpSte
     }
 }
 
-/// What the gateway recorded about a delivered message, as stored (`st`).
+/// What the gateway recorded about a delivered message since it was delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceState {
-    /// Neither deleted nor edited (stored as nothing).
+    /// Neither deleted nor edited.
     Current,
     Deleted,
     Edited,
 }
 
-impl SourceState {
-    pub fn as_label(self) -> &'static str {
-        match self {
-            SourceState::Current => "",
-            SourceState::Deleted => "deleted",
-            SourceState::Edited => "edited",
+impl From<Option<Change>> for SourceState {
+    /// What the conversation records say of the message (see `outbox::Change`).
+    fn from(change: Option<Change>) -> Self {
+        match change {
+            Some(Change::Deleted) => SourceState::Deleted,
+            Some(Change::Edited) => SourceState::Edited,
+            None => SourceState::Current,
         }
-    }
-
-    /// A stored state; anything unknown reads as current (its write is posted).
-    pub fn from_stored(s: &str) -> Self {
-        [SourceState::Deleted, SourceState::Edited]
-            .into_iter()
-            .find(|st| st.as_label() == s)
-            .unwrap_or(SourceState::Current)
     }
 }
 

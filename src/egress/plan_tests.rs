@@ -79,16 +79,6 @@ fn a_twin_is_alive_once_its_lease_is_seen_renewed_and_never_waited_for_long() {
 }
 
 #[test]
-fn source_states_keep_their_stored_values() {
-    for s in [SourceState::Current, SourceState::Deleted, SourceState::Edited] {
-        assert_eq!(SourceState::from_stored(s.as_label()), s);
-    }
-    assert_eq!(SourceState::Deleted.as_label(), "deleted");
-    assert_eq!(SourceState::Edited.as_label(), "edited");
-    assert_eq!(SourceState::from_stored("something newer"), SourceState::Current);
-}
-
-#[test]
 fn only_a_deleted_or_withheld_edited_source_withholds() {
     use SourceState::*;
     let cases = [
@@ -230,7 +220,7 @@ proptest! {
     /// withholds the write: a value this version does not know posts it.
     #[test]
     fn only_a_stored_deletion_or_edit_withholds(stored in "(deleted|edited|)|[a-z]{0,8}", edited in any::<bool>()) {
-        let withheld = withhold(Some(SourceState::from_stored(&stored)), edited).is_some();
+        let withheld = withhold(Some(SourceState::from(Change::from_stored(&stored))), edited).is_some();
         prop_assert_eq!(withheld, stored == "deleted" || (edited && stored == "edited"));
     }
 

@@ -127,39 +127,6 @@ redis.call('SET', KEYS[1], string.format('%d', tat + per), 'PX', math.ceil(tat +
 return math.ceil(wait)
 "#;
 
-/// KEYS: the delivered message's record, its thread's latest. ARGV: thread ts, delivery id,
-/// attempt, window ms, message ts, app. Written by a worker before each attempt.
-pub const ATT_DELIVERING: &str = r#"
-redis.call('HSET', KEYS[1], 'th', ARGV[1], 'd', ARGV[2], 'n', ARGV[3], 'app', ARGV[6])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-local latest = redis.call('GET', KEYS[2])
-if not latest or tonumber(ARGV[5]) >= tonumber(latest) then
-  redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[4])
-end
-return 1
-"#;
-
-/// KEYS: a message's record. ARGV: state (deleted | edited). Only a message the gateway
-/// delivered has a record; a deletion wins over an edit.
-pub const ATT_MARK: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if ARGV[1] == 'edited' and redis.call('HGET', KEYS[1], 'st') == 'deleted' then return 1 end
-redis.call('HSET', KEYS[1], 'st', ARGV[1])
-return 1
-"#;
-
-/// KEYS: the thread's latest delivered message, the posted message's source (for an update or
-/// delete of the bot's own post). ARGV: channel key tag, thread ts.
-/// Returns {message ts, delivery, attempt, state} of the delivered message the write answers,
-/// or {} when nothing the gateway delivered matches.
-pub const ATT_LOOKUP: &str = r#"
-local source = redis.call('GET', KEYS[2])
-local ts = source or redis.call('GET', KEYS[1]) or ARGV[2]
-local r = redis.call('HMGET', ARGV[1] .. ':m:' .. ts, 'd', 'n', 'st')
-if not r[1] then return {} end
-return {ts, r[1], r[2] or '1', r[3] or ''}
-"#;
-
 /// KEYS: the run's write counter for a method. ARGV: window ms, the prefix of the k-th write's
 /// record (`<channel tag>:w:<delivery>:<method>:`).
 /// Returns {k} or, when a run already made a k-th such write, {k, its run, status, content

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::outbox::Conn;
+use crate::outbox::{Conn, Conversations, Source};
 use bytes::Bytes;
 use redis::{AsyncCommands, Script, Value};
 use tokio::sync::OnceCell;
@@ -172,6 +172,12 @@ pub struct Attributed {
     pub state: SourceState,
 }
 
+impl From<Source> for Attributed {
+    fn from(s: Source) -> Self {
+        Attributed { ts: s.ts, delivery: s.delivery, run: s.run, state: SourceState::from(s.change) }
+    }
+}
+
 /// Where a write goes: a channel of a workspace.
 pub struct Place<'a> {
     pub team: &'a str,
@@ -193,9 +199,6 @@ struct Scripts {
     fp_begin: Script,
     fp_set: Script,
     pace: Script,
-    delivering: Script,
-    mark: Script,
-    lookup: Script,
     run_next: Script,
     run_record: Script,
 }
@@ -211,9 +214,6 @@ impl EgressStore {
             fp_begin: Script::new(scripts::FP_BEGIN),
             fp_set: Script::new(scripts::FP_SET),
             pace: Script::new(scripts::PACE),
-            delivering: Script::new(scripts::ATT_DELIVERING),
-            mark: Script::new(scripts::ATT_MARK),
-            lookup: Script::new(scripts::ATT_LOOKUP),
             run_next: Script::new(scripts::RUN_NEXT),
             run_record: Script::new(scripts::RUN_RECORD),
         };
@@ -222,6 +222,12 @@ impl EgressStore {
 
     fn token_tag(&self, token_hash: &str) -> String {
         format!("{{{}:e:{token_hash}}}", self.prefix)
+    }
+
+    /// The conversation records (what the inbound side delivered, deleted and edited), kept
+    /// for `window`, on this store's connection.
+    pub fn conversations(&self, window: Duration) -> Conversations {
+        Conversations::new(self.conn.clone(), &self.prefix, window)
     }
 
     fn channel_tag(&self, p: &Place<'_>) -> String {
@@ -370,77 +376,6 @@ impl EgressStore {
 
     /// A worker is about to send the message `ts` (in `thread`) as attempt `run` of `delivery`.
     #[allow(clippy::too_many_arguments)]
-    pub async fn delivering(
-        &self,
-        p: &Place<'_>,
-        ts: &str,
-        thread: &str,
-        delivery: &str,
-        run: u64,
-        app: &str,
-        window: Duration,
-    ) -> Result<(), StoreError> {
-        let tag = self.channel_tag(p);
-        let _: i64 = self
-            .s
-            .delivering
-            .key(format!("{tag}:m:{ts}"))
-            .key(format!("{tag}:t:{thread}"))
-            .arg(thread)
-            .arg(delivery)
-            .arg(run)
-            .arg(window.as_millis() as u64)
-            .arg(ts)
-            .arg(app)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
-    /// The message `ts` was deleted or edited (a no-op unless the gateway delivered it).
-    pub async fn mark(&self, p: &Place<'_>, ts: &str, state: SourceState) -> Result<(), StoreError> {
-        let k = format!("{}:m:{ts}", self.channel_tag(p));
-        let _: i64 = self.s.mark.key(k).arg(state.as_label()).invoke_async(&mut self.conn.clone()).await?;
-        Ok(())
-    }
-
-    /// The delivered message a write to `thread` answers, if any.
-    pub async fn lookup(&self, p: &Place<'_>, thread: &str) -> Result<Option<Attributed>, StoreError> {
-        let tag = self.channel_tag(p);
-        let reply: Vec<String> = self
-            .s
-            .lookup
-            .key(format!("{tag}:t:{thread}"))
-            .key(format!("{tag}:p:{thread}"))
-            .arg(&tag)
-            .arg(thread)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(match reply.as_slice() {
-            [ts, d, n, st] => Some(Attributed {
-                ts: ts.clone(),
-                delivery: d.clone(),
-                run: n.parse().unwrap_or(1),
-                state: SourceState::from_stored(st),
-            }),
-            _ => None,
-        })
-    }
-
-    /// The bot posted `posted_ts` in answer to the delivered message `source_ts`: an update or
-    /// delete of that post is attributed to the same source.
-    pub async fn posted(
-        &self,
-        p: &Place<'_>,
-        posted_ts: &str,
-        source_ts: &str,
-        window: Duration,
-    ) -> Result<(), StoreError> {
-        let k = format!("{}:p:{posted_ts}", self.channel_tag(p));
-        self.conn.clone().pset_ex::<_, _, ()>(k, source_ts, window.as_millis() as u64).await?;
-        Ok(())
-    }
-
     /// Count a write of `method` made during run `run` of `delivery`: its number k in the run,
     /// and the k-th such write of any run, when one was made.
     pub async fn rerun_next(
@@ -544,6 +479,5 @@ mod tests {
         assert!(matches!(IdemEnd::settled(Settle::Keep, &c), IdemEnd::Done(_)));
         assert!(matches!(IdemEnd::settled(Settle::Unknown, &c), IdemEnd::Unknown));
         assert!(matches!(IdemEnd::settled(Settle::Drop, &c), IdemEnd::Drop));
-        assert_eq!([SourceState::Deleted, SourceState::Edited].map(SourceState::as_label), ["deleted", "edited"]);
     }
 }

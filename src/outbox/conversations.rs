@@ -78,7 +78,9 @@ impl Change {
         }
     }
 
-    fn parse(text: &str) -> Option<Change> {
+    /// A stored change; `None` for none, and for a value this version does not know (its
+    /// replies are posted).
+    pub fn from_stored(text: &str) -> Option<Change> {
         match text {
             "deleted" => Some(Change::Deleted),
             "edited" => Some(Change::Edited),
@@ -114,7 +116,7 @@ pub struct Conversations {
 }
 
 impl Conversations {
-    pub(super) fn new(conn: Conn, prefix: &str, window: Duration) -> Self {
+    pub fn new(conn: Conn, prefix: &str, window: Duration) -> Self {
         Conversations { conn, prefix: prefix.into(), window }
     }
 
@@ -164,7 +166,7 @@ impl Conversations {
                 ts: ts.clone(),
                 delivery: d.clone(),
                 run: n.parse().unwrap_or(1),
-                change: Change::parse(st),
+                change: Change::from_stored(st),
             }),
             _ => None,
         })
@@ -176,5 +178,20 @@ impl Conversations {
         let key = format!("{}:p:{posted_ts}", self.tag(at));
         self.conn.clone().pset_ex::<_, _, ()>(key, source_ts, self.window.as_millis() as u64).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_keep_the_values_existing_records_hold() {
+        assert_eq!([Change::Deleted, Change::Edited].map(Change::as_label), ["deleted", "edited"]);
+        for c in [Change::Deleted, Change::Edited] {
+            assert_eq!(Change::from_stored(c.as_label()), Some(c));
+        }
+        assert_eq!(Change::from_stored(""), None);
+        assert_eq!(Change::from_stored("something newer"), None);
     }
 }
