@@ -12,13 +12,17 @@
 //!   `attribution`, `rerun`, `pacing` (with Slack's 429s); `uncertain` (and `look`) for an
 //!   answer lost on the way. Each does the I/O its `plan` rule asks for.
 //! - `error`: the egress's own errors, and the one place each becomes the bot's answer.
-//! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`).
-//! - `store`, `scripts`, `notes`: the records in Redis; the withheld and unknown notes.
+//! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`); `identities`:
+//!   who each token is, remembered for an hour, bounded.
+//! - `store`, `scripts`, `notes`: the egress's own records in Redis; the withheld and unknown
+//!   notes. What the inbound side delivered, deleted and edited it reads from the conversation
+//!   records (`outbox::Conversations`), where the two sides meet.
 
 mod attribution;
 mod call;
 mod error;
 mod headers;
+mod identities;
 mod keyed;
 mod lease;
 mod look;

@@ -2,7 +2,6 @@
 //! who a token is (`auth.test`, cached); `look` uses its own calls to look for a post whose
 //! answer was lost.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -12,6 +11,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::call::{Call, Verb};
+use super::identities::Identities;
 use super::MAX_KEPT_ANSWER;
 use crate::config::Upstream;
 use crate::secret::Secret;
@@ -34,13 +34,10 @@ enum Encoding {
     Identity,
 }
 
-/// How long a token's identity is trusted.
-const IDENTITY_TTL: Duration = Duration::from_secs(3600);
-
 pub struct SlackApi {
     base: Upstream,
     client: UpstreamClient,
-    identities: Mutex<HashMap<String, (Identity, Instant)>>,
+    identities: Mutex<Identities>,
 }
 
 impl SlackApi {
@@ -110,10 +107,9 @@ impl SlackApi {
 
     /// Who `token` is (team, bot user and bot id), from a cached `auth.test`.
     pub async fn identity(&self, token_hash: &str, token: &Secret) -> Option<Identity> {
-        if let Some((id, at)) = self.identities.lock().unwrap_or_else(|e| e.into_inner()).get(token_hash) {
-            if at.elapsed() < IDENTITY_TTL {
-                return Some(id.clone());
-            }
+        let known = self.identities.lock().unwrap_or_else(|e| e.into_inner()).get(token_hash, Instant::now());
+        if known.is_some() {
+            return known;
         }
         let v = self.own_call("auth.test", token, &[]).await.ok()?;
         let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
@@ -122,7 +118,7 @@ impl SlackApi {
         }
         let id = Identity { team: text("team_id"), user_id: text("user_id"), bot_id: text("bot_id") };
         let mut cache = self.identities.lock().unwrap_or_else(|e| e.into_inner());
-        cache.insert(token_hash.to_string(), (id.clone(), Instant::now()));
+        cache.insert(token_hash, id.clone(), Instant::now());
         Some(id)
     }
 }
