@@ -12,6 +12,7 @@ mod redis_secure;
 mod redis_sentinel;
 mod redis_server;
 mod tls;
+mod wait;
 
 pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack, Look};
@@ -22,6 +23,7 @@ pub use redis_secure::RedisSecurity;
 pub use redis_sentinel::RedisSentinel;
 pub use redis_server::RedisServer;
 pub use tls::TestCa;
+pub use wait::*;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -136,32 +138,4 @@ pub async fn metric(admin_port: u16, series: &str) -> f64 {
         .filter(|l| l.starts_with(series))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// Poll the gateway's metrics until `series` reaches `at_least` or `limit` passes.
-pub async fn metric_reaches(admin_port: u16, series: &str, at_least: f64, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if metric(admin_port, series).await >= at_least {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Poll `check` every 50 ms until it holds or `limit` passes.
-pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if check() {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
