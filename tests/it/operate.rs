@@ -184,7 +184,13 @@ async fn logs_have_one_audit_line_per_decision_and_never_a_secret_or_a_body() {
     };
     let ingress = audit("ingress");
     assert_eq!(ingress.len(), 3, "one line per decision: {ingress:?}");
-    let f = |i: usize| &ingress[i]["fields"];
+    // Each line is written after its answer (Pingora's logging phase), so two requests' lines
+    // may come in either order: find each decision's line by its outcome.
+    let f = |i: usize| {
+        let outcome = ["accepted", "duplicate", "unauthorized"][i];
+        let line = ingress.iter().find(|l| l["fields"]["outcome"] == outcome);
+        &line.unwrap_or_else(|| panic!("no {outcome} line: {ingress:?}"))["fields"]
+    };
     assert_eq!((f(0)["outcome"].as_str(), f(0)["receipt"].as_str()), (Some("accepted"), Some("e:EvAudit1")));
     assert!(f(0)["ack_ms"].as_f64().is_some() && !f(0)["delivery"].as_str().unwrap().is_empty());
     assert_eq!(
