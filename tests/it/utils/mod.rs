@@ -99,6 +99,36 @@ pub async fn send(port: u16, req: Req) -> (u16, Bytes) {
     try_send(port, req).await.expect("gateway answered within 10s")
 }
 
+/// Send like Slack: retry (200 ms apart) until some gateway answers 200, up to `limit`.
+pub async fn deliver(ports: &[u16], id: &str, limit: Duration) -> bool {
+    deliver_counting(ports, id, limit, &std::sync::atomic::AtomicUsize::new(0)).await
+}
+
+/// [`deliver`], counting in `answered` once when the first answer (of any status) comes.
+pub async fn deliver_counting(
+    ports: &[u16],
+    id: &str,
+    limit: Duration,
+    answered: &std::sync::atomic::AtomicUsize,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut i = 0;
+    while tokio::time::Instant::now() < deadline {
+        let port = ports[i % ports.len()];
+        let got = try_send(port, Req::signed("/slack/events", event(id), SECRET)).await;
+        if i == 0 {
+            answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Ok((200, _)) = got {
+            return true;
+        }
+        i += 1;
+        // Slack's own pace between retries (it backs off far longer).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
 /// Send one request on a new connection; a refused or broken connection is an `Err`.
 pub async fn try_send(port: u16, req: Req) -> Result<(u16, Bytes), String> {
     exchange(port, req).await.map(|(status, _, body)| (status, body))

@@ -37,6 +37,14 @@ pub async fn metric_reaches(admin_port: u16, series: &str, at_least: f64, limit:
 /// What `GET /stats` on the admin port says of each app's outbox, read from Redis on the spot
 /// (the `/metrics` gauges lag up to 5 s behind). `token`: the `[server] admin_token`, if any.
 pub async fn outbox_stats(admin_port: u16, token: Option<&str>) -> serde_json::Value {
+    let (status, stats) = try_outbox_stats(admin_port, token).await;
+    assert_eq!(status, 200, "GET /stats: {stats}");
+    stats
+}
+
+/// `GET /stats`: its status and body (an error's text as a JSON string), e.g. while Redis fails
+/// over.
+async fn try_outbox_stats(admin_port: u16, token: Option<&str>) -> (u16, serde_json::Value) {
     let mut req = Req::signed("/stats", Vec::new(), SECRET);
     req.method = "GET";
     req.headers.clear();
@@ -44,8 +52,8 @@ pub async fn outbox_stats(admin_port: u16, token: Option<&str>) -> serde_json::V
         req = req.header("Authorization", &format!("Bearer {t}"));
     }
     let (status, body) = send(admin_port, req).await;
-    assert_eq!(status, 200, "GET /stats: {}", String::from_utf8_lossy(&body));
-    serde_json::from_slice(&body).expect("/stats is JSON")
+    let text = String::from_utf8_lossy(&body);
+    (status, serde_json::from_str(&text).unwrap_or_else(|_| serde_json::Value::String(text.into_owned())))
 }
 
 /// No delivery of any app waits anywhere: none on the stream, in flight, held by an inline
@@ -60,14 +68,19 @@ pub fn is_idle(stats: &serde_json::Value) -> bool {
         .all(|app| ["ready", "in_flight", "scheduled", "oldest_age_ms"].iter().all(|k| app[*k].as_u64() == Some(0)))
 }
 
-/// Wait until the gateway's outbox [is idle](is_idle), up to `limit`.
+/// Wait until the gateway's outbox [is idle](is_idle), up to `limit` (a failed read of the
+/// stats is not idle).
 pub async fn outbox_idle(admin_port: u16, limit: Duration) -> bool {
     outbox_idle_with(admin_port, None, limit).await
 }
 
 /// [`outbox_idle`] for a gateway with an admin token.
 pub async fn outbox_idle_with(admin_port: u16, token: Option<&str>, limit: Duration) -> bool {
-    until(limit, async || is_idle(&outbox_stats(admin_port, token).await)).await
+    until(limit, async || match try_outbox_stats(admin_port, token).await {
+        (200, stats) => is_idle(&stats),
+        _ => false,
+    })
+    .await
 }
 
 /// Wait until `count` has stood still for `stand` (at most `limit`): for what no store or
