@@ -82,21 +82,3 @@ pub async fn outbox_idle_with(admin_port: u16, token: Option<&str>, limit: Durat
     })
     .await
 }
-
-/// Wait until `count` has stood still for `stand` (at most `limit`): for what no store or
-/// metric reflects (a process outside the gateway). `true` if it stood still in time.
-pub async fn quiet_for(stand: Duration, limit: Duration, mut count: impl FnMut() -> usize) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    let (mut last, mut since) = (count(), tokio::time::Instant::now());
-    while since.elapsed() < stand {
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(POLL).await;
-        let now = count();
-        if now != last {
-            (last, since) = (now, tokio::time::Instant::now());
-        }
-    }
-    true
-}
