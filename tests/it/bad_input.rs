@@ -1,8 +1,6 @@
 //! Invariant 6: bad input gets a clear status and changes nothing — nothing in Redis, nothing
 //! sent to the bot.
 
-use std::time::Duration;
-
 use crate::utils::*;
 
 const OTHER: &str = "the-other-apps-secret";
@@ -95,7 +93,7 @@ async fn bad_input_gets_a_clear_status_and_changes_nothing() {
         let (status, _) = send(gw.port, req).await;
         assert_eq!(status, want, "{name}");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count(), 0, "nothing reaches the bot");
     let stored: Vec<String> =
         redis.keys("*").into_iter().filter(|k| !k.ends_with(":outbox") && !k.ends_with(":shards")).collect();
@@ -130,7 +128,7 @@ async fn handshakes_are_answered_by_the_gateway_and_not_stored() {
     )
     .await;
     assert_eq!(status, 200);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count(), 0);
     assert!(redis.keys("*:r:*").is_empty());
 }
@@ -229,7 +227,7 @@ async fn ten_thousand_bad_requests_get_4xx_store_nothing_and_forward_nothing() {
         &wrong[..wrong.len().min(5)],
         gw.log()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count(), 0, "nothing forwarded");
     let stored: Vec<String> =
         redis.keys("*").into_iter().filter(|k| !k.ends_with(":outbox") && !k.ends_with(":shards")).collect();

@@ -125,20 +125,18 @@ fn apps_can_live_in_included_files_and_clashes_name_both_files() {
 /// Wait for a gateway started with port 0 to say where it listens (its startup line in `log`)
 /// and to accept there; its Slack port.
 async fn wait_started(log: &std::path::Path, child: &mut std::process::Child) -> u16 {
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
+    let mut port = None;
+    let started = eventually(Duration::from_secs(15), || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some((port, _)) = started_on(&text, 0) {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return port;
-            }
-        }
         if let Ok(Some(status)) = child.try_wait() {
             panic!("gateway exited with {status}:\n{text}");
         }
-        assert!(std::time::Instant::now() < deadline, "gateway did not start:\n{text}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        port = started_on(&text, 0).map(|(p, _)| p).filter(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok());
+        port.is_some()
+    })
+    .await;
+    assert!(started, "gateway did not start:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+    port.unwrap()
 }
 
 /// A config with a Redis URL and the given `[server]` lines.

@@ -3,24 +3,11 @@
 //! one atomic script on one primary and nothing is ever CROSSSLOT.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::utils::*;
-
-/// Send like Slack: retry (a second apart at most) until some gateway answers 200.
-pub async fn deliver(ports: &[u16], id: &str, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut i = 0;
-    while tokio::time::Instant::now() < deadline {
-        let port = ports[i % ports.len()];
-        if let Ok((200, _)) = try_send(port, Req::signed("/slack/events", event(id), SECRET)).await {
-            return true;
-        }
-        i += 1;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    false
-}
 
 /// Events per failover run: 60 in the suite; `bench/failover.sh` runs longer ones.
 pub fn failover_events() -> usize {
@@ -50,7 +37,7 @@ async fn three_gateways_on_a_cluster_deliver_each_event_once_from_every_master()
         assert_eq!(s.await.unwrap().0, 200);
     }
     assert!(eventually(Duration::from_secs(20), || ids.iter().all(|id| bot.count_body(id) >= 1)).await);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gateways[0].wait_idle().await; // one cluster, one outbox: any gateway reads it
     for id in &ids {
         assert_eq!(bot.count_body(id), 1, "{id} delivered once");
     }
@@ -103,11 +90,12 @@ async fn failover_run(name: &str, durability: &str) -> (usize, Vec<String>, Vec<
         redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut cluster.node(victim).unwrap()).unwrap();
     let ids: Vec<String> = (0..failover_events()).map(|i| format!("Ev{name}{i:05}")).collect();
     let victims: Vec<String> = ids.iter().filter(|id| on_victim(id)).cloned().collect();
+    let answered = Arc::new(AtomicUsize::new(0));
     let sends: Vec<_> = ids
         .iter()
         .map(|id| {
-            let (ports, id) = (ports.clone(), id.clone());
-            tokio::spawn(async move { deliver(&ports, &id, Duration::from_secs(60)).await })
+            let (ports, id, answered) = (ports.clone(), id.clone(), answered.clone());
+            tokio::spawn(async move { deliver_counting(&ports, &id, Duration::from_secs(60), &answered).await })
         })
         .collect();
     let mut acked = 0;
@@ -120,7 +108,9 @@ async fn failover_run(name: &str, durability: &str) -> (usize, Vec<String>, Vec<
             acked += usize::from(s.await.unwrap());
         }
     } else {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Every event has had its first answer (the victim's a 503: its replica confirms nothing).
+        let all = eventually(Duration::from_secs(30), || answered.load(Ordering::Relaxed) == ids.len()).await;
+        assert!(all, "every event answered once before the kill");
     }
     cluster.kill(victim);
     cluster.signal(replica, "CONT");
@@ -132,17 +122,15 @@ async fn failover_run(name: &str, durability: &str) -> (usize, Vec<String>, Vec<
     for s in sends.into_iter().flatten() {
         acked += usize::from(s.await.unwrap());
     }
-    // Every acked event that survived reaches the bot; wait until the count has stood still for
-    // 20 s (at most 90 s), so that what is counted lost is lost, not late.
-    let delivered = || ids.iter().filter(|id| bot.count_body(id) >= 1).count();
-    let (mut last, mut since) = (delivered(), tokio::time::Instant::now());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while last < ids.len() && since.elapsed() < Duration::from_secs(20) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        if delivered() != last {
-            (last, since) = (delivered(), tokio::time::Instant::now());
-        }
-    }
+    // Every acked event that survived reaches the bot; wait until the outbox is idle (nothing
+    // ready, in flight or scheduled on any shard), so that what is counted lost is lost, not late.
+    let idle = outbox_idle(gateways[0].admin_port, Duration::from_secs(90)).await;
+    assert!(
+        idle,
+        "the outbox never went idle: {}\n{}",
+        outbox_stats(gateways[0].admin_port, None).await,
+        gateways[0].log()
+    );
     (acked, ids.iter().filter(|id| bot.count_body(id) == 0).cloned().collect(), victims)
 }
 
@@ -222,6 +210,7 @@ async fn a_dead_primary_does_not_take_the_acks_of_the_other_shards() {
         if sent_at > Duration::from_millis(3500) {
             settled.push((id.clone(), status));
         }
+        // Slack's pace, not a wait: the events are spread over the seconds after the kill.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(settled.len() >= 10, "sent after the first slots gave up: {}", settled.len());

@@ -28,7 +28,7 @@ async fn slack_retries_are_acked_and_never_reach_the_bot_twice() {
         b"command=%2Fdeploy&text=prod&trigger_id=111.222.abc&response_url=https%3A%2F%2Fhooks.slack.com%2Fx".to_vec();
     assert_eq!(send(gw.port, Req::signed("/slack/events", cmd.clone(), SECRET)).await.0, 200);
     assert_eq!(send(gw.port, Req::signed("/slack/events", cmd, SECRET)).await.0, 200);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count_body("EvDup1"), 1);
     assert_eq!(bot.count_body("trigger_id=111.222.abc"), 1);
     assert_eq!(bot.count(), 2);
@@ -57,7 +57,7 @@ async fn simultaneous_copies_on_two_gateways_are_forwarded_once() {
         }
     }
     assert!(eventually(Duration::from_secs(10), || bot.count() >= N).await, "all delivered");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.wait_idle().await; // one Redis, one outbox: either gateway reads it
     for i in 0..N {
         assert_eq!(bot.count_body(&format!("EvRace{i:03}")), 1, "EvRace{i:03} forwarded exactly once");
     }

@@ -81,7 +81,7 @@ async fn a_bot_that_is_down_then_back_gets_everything() {
     assert!(metric_reaches(gw.admin_port, retried, 2.0 * N as f64, Duration::from_secs(10)).await, "failed attempts");
     let bot = down.start(SECRET).await;
     assert!(eventually(Duration::from_secs(10), || bot.count() >= N).await, "{}", gw.log());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     for i in 0..N {
         assert_eq!(bot.count_body(&format!("EvDown{i:02}")), 1);
     }
@@ -100,7 +100,7 @@ async fn server_errors_and_timeouts_are_retried_until_2xx() {
     bot.push(Reply::status(408));
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvRetry"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(10), || bot.count() == 5).await, "{}", gw.log());
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    gw.wait_idle().await;
     let got = bot.received();
     assert_eq!(got.len(), 5, "no attempt after the 2xx");
     let attempts: Vec<String> = got.iter().map(|r| r.header("x-slackgate-attempt").unwrap()).collect();
@@ -116,7 +116,7 @@ async fn client_errors_are_final_and_dead_lettered() {
     bot.set_default(Reply::status(404)); // Bolt's answer to an event with no listener
     assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvFinal"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count(), 1, "a 404 is never retried");
     let dead = format!("{{{prefix}:bot:0}}:dead");
     assert_eq!(redis.xlen(&dead), 1);
@@ -160,7 +160,7 @@ async fn retries_give_up_into_the_dead_letter_stream() {
     assert!(eventually(Duration::from_secs(5), || redis.xlen(&dead) == 1).await, "{}", gw.log());
     let n = bot.count();
     assert!(n >= 3, "retried several times before giving up ({n})");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count(), n, "no attempt after giving up");
 }
 
@@ -208,13 +208,15 @@ async fn readers_lease_no_more_entries_than_they_have_permits_for() {
             _ => 0, // no group yet
         }
     };
+    // Watched over the whole drain, from the first lease to the last delivery.
     let mut most = 0;
-    for _ in 0..60 {
+    let drained = eventually(Duration::from_secs(10), || {
         most = most.max(pending(0) + pending(1));
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        bot.count() == 12
+    })
+    .await;
     assert!(most <= 2, "at most max_in_flight entries leased at once, saw {most}");
-    assert!(eventually(Duration::from_secs(10), || bot.count() == 12).await);
+    assert!(drained, "{}", gw.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

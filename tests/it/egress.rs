@@ -225,14 +225,12 @@ async fn a_reply_to_a_deleted_question_is_withheld() {
     let port = s.gw.egress_port;
     // The deletion is marked in the background: ask until it shows.
     let mut withheld = String::new();
-    for _ in 0..50 {
+    until(Duration::from_secs(3), async || {
         withheld =
             api(port, "chat.postMessage", "channel=C1&thread_ts=1700000100.000100&text=late+answer", &[]).await.2;
-        if withheld.contains("source_deleted") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        withheld.contains("source_deleted")
+    })
+    .await;
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&withheld).unwrap(),
         serde_json::json!({"ok": false, "error": "source_deleted"})
@@ -279,14 +277,12 @@ async fn an_update_of_a_reply_follows_its_question_and_edits_withhold_when_asked
     let update = format!("channel=C1&ts={reply_ts}&text=the+answer");
     let mut answer = String::new();
     let mut sent_before = 0;
-    for _ in 0..50 {
+    until(Duration::from_secs(3), async || {
         sent_before = s.slack.calls_of("chat.update").len();
         answer = api(port, "chat.update", &update, &[]).await.2;
-        if answer.contains("source_edited") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        answer.contains("source_edited")
+    })
+    .await;
     assert!(answer.contains("source_edited"), "{answer}");
     assert_eq!(s.slack.calls_of("chat.update").len(), sent_before, "withheld, not sent");
 }

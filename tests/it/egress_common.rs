@@ -81,13 +81,15 @@ pub async fn call_past(
     limit: Duration,
 ) -> (Answer, Duration) {
     let started = Instant::now();
-    loop {
+    let mut last = None;
+    until(limit, async || {
         let a = call(port, target, body, headers).await;
-        if a.status != status || started.elapsed() > limit {
-            return (a, started.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let past = a.status != status;
+        last = Some(a);
+        past
+    })
+    .await;
+    (last.expect("called at least once"), started.elapsed())
 }
 
 /// `GET /egress` on the admin port, with `query`: status and the JSON.

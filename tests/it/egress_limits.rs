@@ -63,11 +63,7 @@ async fn notes_are_capped_and_paged() {
     let thread = "channel=C1&thread_ts=1700000300.000100&text=late";
     let withheld = || async move { call(port, "chat.postMessage", thread, &[]).await.body.contains("source_deleted") };
     // The deletion is marked in the background.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !withheld().await {
-        assert!(Instant::now() < deadline, "never withheld");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert!(until(Duration::from_secs(5), async || withheld().await).await, "never withheld");
     // 1,100 more, eight at a time.
     let mut tasks = Vec::new();
     for i in 0..8 {

@@ -47,8 +47,7 @@ async fn a_worker_whose_lease_was_taken_cannot_complete() {
     assert_eq!(held[0].delivery, "0-a");
     // Not yet expired: nobody can take it.
     assert!(store.reclaim(&keys, "worker-b", Duration::from_secs(30), 10).await.unwrap().is_empty());
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let taken = store.reclaim(&keys, "worker-b", Duration::from_millis(100), 10).await.unwrap();
+    let taken = expired(&store, &keys, "worker-b", 10).await;
     assert_eq!(taken.len(), 1);
     assert!(taken[0].token > held[0].token);
 
@@ -70,8 +69,7 @@ async fn re_claiming_its_own_expired_entry_fences_the_old_attempt() {
     let (_redis, store, mut reader, keys) = setup().await;
     record(&store, &keys, "0-c", "e:Ev2").await;
     let first = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let again = store.reclaim(&keys, "worker-a", Duration::from_millis(100), 10).await.unwrap();
+    let again = expired(&store, &keys, "worker-a", 10).await;
     assert_eq!(again.len(), 1);
     assert!(!store.finish(&keys, "worker-a", &first[0], Finish::Done).await.unwrap());
     assert!(store.finish(&keys, "worker-a", &again[0], Finish::Done).await.unwrap());
@@ -108,8 +106,7 @@ async fn an_attempt_loads_its_delivery_only_while_it_holds_the_lease() {
     assert_eq!(held.len(), 2);
     let loaded = store.load_leased(&keys, "worker-a", &held).await.unwrap();
     assert!(loaded.iter().all(|l| matches!(l, Loaded::Stored(_))), "{loaded:?}");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let taken = store.reclaim(&keys, "worker-b", Duration::from_millis(100), 1).await.unwrap();
+    let taken = expired(&store, &keys, "worker-b", 1).await;
     assert_eq!(taken.len(), 1);
     // One read's leases are loaded in one call, each fenced on its own: the one taken over is
     // refused to the old holder (still waiting for a permit, it must not send it), the other
@@ -144,12 +141,35 @@ async fn consumers_of_gone_processes_are_forgotten_unless_they_hold_something() 
         .query_async(&mut reader)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // `gone-idle` has been idle past 20 ms (Redis's own clock, in XINFO CONSUMERS).
+    let idle =
+        until(Duration::from_secs(2), async || consumer_idle_ms(&mut reader, &keys, "gone-idle").await > 20).await;
+    assert!(idle);
     // Not idle long enough: nothing goes.
     assert_eq!(store.remove_idle_consumers(&keys, Duration::from_secs(60), "me").await.unwrap(), 0);
     assert_eq!(store.remove_idle_consumers(&keys, Duration::from_millis(20), "me").await.unwrap(), 1);
     let names: Vec<String> = consumers(&mut reader, &keys).await;
     assert_eq!(names, ["gone-holding", "me"], "the idle one without pending entries is removed");
+}
+
+/// Re-claim with a 100 ms lease, as soon as one has run out (up to 2 s).
+async fn expired(store: &Store, keys: &ShardKeys, consumer: &str, max: usize) -> Vec<outbox::Lease> {
+    let mut taken = Vec::new();
+    until(Duration::from_secs(2), async || {
+        taken = store.reclaim(keys, consumer, Duration::from_millis(100), max).await.unwrap();
+        !taken.is_empty()
+    })
+    .await;
+    taken
+}
+
+/// How long Redis has seen `name` idle, in ms.
+async fn consumer_idle_ms(conn: &mut outbox::Conn, keys: &ShardKeys, name: &str) -> u64 {
+    let info: Vec<std::collections::HashMap<String, redis::Value>> =
+        redis::cmd("XINFO").arg("CONSUMERS").arg(&keys.stream).arg(outbox::GROUP).query_async(conn).await.unwrap();
+    let me =
+        info.iter().find(|c| redis::from_redis_value_ref::<String>(&c["name"]).unwrap() == name).expect("a consumer");
+    redis::from_redis_value_ref(&me["idle"]).unwrap()
 }
 
 async fn consumers(conn: &mut outbox::Conn, keys: &ShardKeys) -> Vec<String> {

@@ -80,7 +80,8 @@ async fn a_slash_command_reply_in_time_goes_back_to_slack_unchanged() {
     assert_eq!((status, &body[..]), (200, &b"deploying prod"[..]));
     assert_eq!(bot.count(), 1);
     assert!(bot.received()[0].signature_ok);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Had the inline finish failed, the hold would run out and the workers deliver it again.
+    gw.wait_idle().await;
     assert_eq!(bot.count(), 1, "delivered once: the workers never got it");
     assert!(nothing_left(&redis), "the delivery is complete");
 }
@@ -95,7 +96,7 @@ async fn view_submission_errors_are_returned_and_a_double_submit_is_absorbed() {
     assert_eq!(std::str::from_utf8(&body).unwrap(), errors);
     let (status, body) = send(gw.port, Req::signed("/slack/events", view_submission("2.2.b"), SECRET)).await;
     assert_eq!((status, body.len()), (200, 0), "the double submit is acked empty");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count(), 1);
 }
 
@@ -117,7 +118,7 @@ async fn a_late_command_reply_is_posted_once_to_response_url() {
         serde_json::from_slice::<serde_json::Value>(&posted.body).unwrap(),
         serde_json::json!({"text": "late answer"})
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     assert_eq!((bot.count(), hook.count()), (1, 1), "one attempt, one post");
     assert!(nothing_left(&redis));
 }
@@ -204,14 +205,12 @@ async fn a_response_url_that_is_not_slacks_is_never_requested() {
     }
     let refused = |m: &str| m.contains(r#"slackgate_response_url_posts_total{app="bot",outcome="refused"} 6"#);
     let mut metrics = String::new();
-    for _ in 0..100 {
+    let all_refused = until(Duration::from_secs(5), async || {
         metrics = reqwest_metrics(gw.admin_port).await;
-        if refused(&metrics) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(refused(&metrics), "{metrics}");
+        refused(&metrics)
+    })
+    .await;
+    assert!(all_refused, "{metrics}");
     assert_eq!((hook.count(), plain.count()), (0, 0), "nothing requested");
     let audits = gw.log().lines().filter(|l| l.contains("late reply") && l.contains("refused")).count();
     assert_eq!(audits, 6, "each refusal audited:\n{}", gw.log());
@@ -256,12 +255,15 @@ async fn ordinary_inline_forwards_write_no_error_line() {
                 .0
         }));
         if i % 4 == 0 {
+            // Load shaping, not a wait: bursts of four, so inline attempts overlap in varied ways.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     for t in tasks {
         assert_eq!(t.await.unwrap(), 200);
     }
+    // Attempts finish in the background after their answers: read the log once they all have.
+    gw.wait_idle().await;
     let log = gw.log();
     assert!(!log.contains("ERROR"), "no ERROR line in normal operation:\n{log}");
     assert!(!log.contains('\u{1b}'), "no colour codes in a log file");

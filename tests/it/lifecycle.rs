@@ -38,16 +38,27 @@ async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
         for i in 0..150 {
             let req = Req::signed("/slack/events", event(&format!("EvUp{i:03}")), SECRET);
             answers.push(try_send(port, req).await.map(|(status, _)| status));
+            // Slack's pace, not a wait: the traffic spans the whole hand-over.
             tokio::time::sleep(Duration::from_millis(15)).await;
         }
         answers
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let accepted = r#"slackgate_requests_total{app="bot",kind="event",outcome="accepted"}"#;
+    assert!(metric_reaches(old.admin_port, accepted, 10.0, Duration::from_secs(5)).await, "traffic flows");
+    let sock = old.data_dir().join("upgrade.sock");
+    assert!(!sock.exists(), "only a successor makes the upgrade socket");
     let log = std::fs::File::create(old.file("upgraded.log")).unwrap();
     let mut new = KillOnDrop::new(
         old.command(&["--upgrade"]).stdout(log.try_clone().unwrap()).stderr(log).stdin(Stdio::null()).spawn().unwrap(),
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The successor waits for the sockets on `upgrade.sock` in the data dir (Pingora's sender
+    // retries a socket that is bound but not yet listening).
+    let waiting = eventually(Duration::from_secs(10), || sock.exists()).await;
+    assert!(
+        waiting,
+        "the successor never asked for the sockets:\n{}",
+        std::fs::read_to_string(old.file("upgraded.log")).unwrap_or_default()
+    );
     signal(old.pid(), "QUIT");
     assert!(old.wait_exit(Duration::from_secs(10)).await, "the old process hands over and exits");
     let answers = traffic.await.unwrap();
@@ -76,6 +87,7 @@ async fn reload_adds_an_app_without_dropping_a_request_and_refuses_a_bad_file() 
         for i in 0..60 {
             let req = Req::signed("/slack/events", event(&format!("EvReload{i:02}")), SECRET);
             answers.push(try_send(port, req).await.map(|(status, _)| status));
+            // Slack's pace, not a wait: the traffic spans the reload.
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         answers
@@ -95,13 +107,11 @@ async fn reload_adds_an_app_without_dropping_a_request_and_refuses_a_bad_file() 
     let answers = traffic.await.unwrap();
     assert!(answers.iter().all(|a| a == &Ok(200)), "no request dropped across the reload: {answers:?}");
     let mut status = 0;
-    for _ in 0..50 {
+    until(Duration::from_secs(3), async || {
         status = send(gw.port, second()).await.0;
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        status == 200
+    })
+    .await;
     assert_eq!(status, 200, "the new app is served\n{}", gw.log());
     assert!(eventually(Duration::from_secs(5), || other.count() == 1).await, "and its workers deliver");
     assert!(eventually(Duration::from_secs(5), || bot.count() == 60).await);

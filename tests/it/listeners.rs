@@ -150,7 +150,7 @@ async fn the_egress_and_admin_listeners_cap_their_connections() {
         drop(held);
         // Room again once they are gone.
         assert!(
-            eventually_async(Duration::from_secs(5), || async {
+            until(Duration::from_secs(5), async || {
                 let mut c = connect(port).await;
                 c.write_all(request).await.is_ok() && answer_head_or_close(&mut c).await.starts_with("HTTP/1.1 200")
             })
@@ -174,23 +174,6 @@ async fn answer_head_or_close(conn: &mut TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Poll an async `check` every 50 ms until it holds or `limit` passes.
-async fn eventually_async<F: std::future::Future<Output = bool>>(
-    limit: Duration,
-    mut check: impl FnMut() -> F,
-) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_egress_client_that_takes_no_answer_is_dropped_at_body_timeout() {
     let (_redis, slack, _bot, gw) = gateway("noread", "max_connections = 1\nbody_timeout = \"1s\"\n").await;
@@ -210,7 +193,7 @@ async fn an_egress_client_that_takes_no_answer_is_dropped_at_body_timeout() {
     assert!(stuck.is_some(), "the read reached Slack");
     // It holds the egress's one place until its write deadline passes; then there is room.
     let request = &b"GET /api/users.info?user=U1 HTTP/1.1\r\nHost: x\r\n\r\n"[..];
-    let served = eventually_async(Duration::from_secs(10), || async {
+    let served = until(Duration::from_secs(10), async || {
         let mut c = connect(port).await;
         c.write_all(request).await.is_ok() && answer_head_or_close(&mut c).await.starts_with("HTTP/1.1 200")
     });

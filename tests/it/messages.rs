@@ -65,7 +65,7 @@ async fn mention_and_message_of_one_post_are_forwarded_once() {
     // Another post is its own message.
     assert_eq!(post(&gw, message("EvM3", "1700000002.000100")).await, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 2).await);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count_body("EvM1"), 1, "the first to arrive is forwarded");
     assert_eq!(bot.count_body("EvM2"), 0);
     assert_eq!(bot.count_body("EvM3"), 1);
@@ -100,7 +100,7 @@ async fn mention_and_message_at_the_same_moment_on_two_gateways_are_forwarded_on
         }
     }
     assert!(eventually(Duration::from_secs(10), || bot.count() >= N).await);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.wait_idle().await; // one Redis, one outbox: either gateway reads it
     assert_eq!(bot.count(), N, "one forward per human message");
     for i in 0..N {
         let n = bot.count_body(&format!("EvA{i:03}")) + bot.count_body(&format!("EvB{i:03}"));
@@ -121,7 +121,7 @@ async fn edits_collapse_without_being_taken_for_the_original() {
     // The same edit under another event id (Slack fans edits out too) collapses.
     assert_eq!(post(&gw, edit("EvE3", ts, "1700000210.000100", "<@UBOT> hlep", "<@UBOT> help")).await, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 2).await);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     assert_eq!((bot.count_body("EvE1"), bot.count_body("EvE2"), bot.count_body("EvE3")), (1, 1, 0));
 }
 
@@ -136,7 +136,7 @@ async fn with_mention_added_only_edits_that_add_the_mention_are_forwarded() {
     assert_eq!(post(&gw, edit("EvF1", ts, "1700000301.000100", "<@UBOT> hlep", "<@UBOT> help")).await, 200);
     assert_eq!(post(&gw, edit("EvF2", ts, "1700000302.000100", "hello", "hello <@UBOT>")).await, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     assert_eq!((bot.count_body("EvF1"), bot.count_body("EvF2")), (0, 1));
 }
 
@@ -199,7 +199,7 @@ async fn filtered_deliveries_are_acked_counted_and_never_stored() {
         assert_eq!(post(&gw, body).await, 200, "filtered deliveries are acked, never an error");
     }
     assert!(eventually(Duration::from_secs(5), || bot.count() == 2).await);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_idle().await;
     assert_eq!((bot.count_body("EvG3"), bot.count_body("EvG6")), (1, 1));
     assert_eq!(redis.keys("*:r:*").len(), 2, "only forwarded deliveries leave a receipt");
     let mut req = Req::signed("/metrics", Vec::new(), SECRET);
@@ -228,7 +228,7 @@ async fn when_the_bot_refuses_the_copy_that_won_the_next_copy_is_delivered() {
     assert_eq!(post(&gw, mention("EvAlt1", "1700000200.000100")).await, 200);
     assert_eq!(post(&gw, message("EvAlt2", "1700000200.000100")).await, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count_body("EvAlt2") == 1).await, "{}", gw.log());
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    gw.wait_idle().await;
     assert_eq!((bot.count_body("EvAlt1"), bot.count_body("EvAlt2")), (1, 1));
     assert!(redis.keys("*:alt").is_empty(), "no copy left once one is delivered");
     assert_eq!(redis.keys("*:d:*").len(), 1, "only the refused copy, as a dead letter");
@@ -237,12 +237,12 @@ async fn when_the_bot_refuses_the_copy_that_won_the_next_copy_is_delivered() {
     bot.push(Reply::status(404));
     assert_eq!(post(&gw, mention("EvAlt3", "1700000201.000100")).await, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count_body("EvAlt3") == 1).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.wait_idle().await; // the refusal is recorded before the other copy comes
     assert_eq!(post(&gw, message("EvAlt4", "1700000201.000100")).await, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count_body("EvAlt4") == 1).await, "{}", gw.log());
     // And the retry of an absorbed copy stays absorbed.
     assert_eq!(post(&gw, message("EvAlt4", "1700000201.000100")).await, 200);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.wait_idle().await;
     assert_eq!(bot.count_body("EvAlt4"), 1);
 }
 
@@ -256,6 +256,6 @@ async fn kept_copies_are_dropped_when_the_winner_is_delivered() {
     assert_eq!(redis.keys("*:alt").len(), 1, "kept while the winner's attempt runs");
     assert!(eventually(Duration::from_secs(5), || redis.keys("*:alt").is_empty()).await);
     assert!(eventually(Duration::from_secs(2), || redis.keys("*:d:*").is_empty()).await, "and its body");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.wait_idle().await;
     assert_eq!((bot.count_body("EvKeep1"), bot.count_body("EvKeep2")), (1, 0));
 }

@@ -83,7 +83,7 @@ async fn dead_letters_can_be_listed_shown_replayed_and_purged_from_the_cli() {
     assert!(!out.contains("skipped"), "{out}");
     assert_eq!(redis.xlen(&dead), 0);
     assert!(redis.keys("*:d:*").is_empty(), "bodies are gone");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.wait_idle_with(Some(TOKEN)).await;
     for e in &others {
         assert_eq!(bot.count_body(e), 1, "purged letters are not delivered");
     }
@@ -119,13 +119,11 @@ async fn the_admin_api_wants_its_token_except_for_probes() {
 
     assert_eq!(admin(&gw, "GET", "/healthz", None).await.0, 200);
     let mut ready = 0;
-    for _ in 0..50 {
+    until(Duration::from_secs(5), async || {
         ready = admin(&gw, "GET", "/readyz", None).await.0;
-        if ready == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        ready == 200
+    })
+    .await;
     assert_eq!(ready, 200, "Redis answers and the workers run");
     assert_eq!(admin(&gw, "GET", "/metrics", None).await.0, 200, "scrapers need no token");
     for path in ["/dlq", "/stats"] {
@@ -171,7 +169,9 @@ async fn logs_have_one_audit_line_per_decision_and_never_a_secret_or_a_body() {
     assert_eq!(send(gw.port, retry).await.0, 200);
     assert_eq!(send(gw.port, Req::signed("/slack/events", body, "not-the-secret")).await.0, 401);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Nothing more is decided once the outbox is idle; the attempt's line follows its finish.
+    gw.wait_idle().await;
+    assert!(eventually(Duration::from_secs(5), || gw.log().contains(r#""message":"attempt""#)).await, "{}", gw.log());
 
     let log = gw.log();
     for secret in [SECRET, "BODY-MARKER-7f3a", signature.as_str(), "not-the-secret"] {
@@ -184,7 +184,13 @@ async fn logs_have_one_audit_line_per_decision_and_never_a_secret_or_a_body() {
     };
     let ingress = audit("ingress");
     assert_eq!(ingress.len(), 3, "one line per decision: {ingress:?}");
-    let f = |i: usize| &ingress[i]["fields"];
+    // Each line is written after its answer (Pingora's logging phase), so two requests' lines
+    // may come in either order: find each decision's line by its outcome.
+    let f = |i: usize| {
+        let outcome = ["accepted", "duplicate", "unauthorized"][i];
+        let line = ingress.iter().find(|l| l["fields"]["outcome"] == outcome);
+        &line.unwrap_or_else(|| panic!("no {outcome} line: {ingress:?}"))["fields"]
+    };
     assert_eq!((f(0)["outcome"].as_str(), f(0)["receipt"].as_str()), (Some("accepted"), Some("e:EvAudit1")));
     assert!(f(0)["ack_ms"].as_f64().is_some() && !f(0)["delivery"].as_str().unwrap().is_empty());
     assert_eq!(
@@ -316,13 +322,11 @@ async fn dead_letters_are_bounded_counted_and_logged() {
     assert!(eventually(Duration::from_secs(3), || redis.keys("*:d:*").len() == 3).await, "bodies dropped too");
     let evicted = r#"slackgate_dead_evicted_total{app="bot",reason="max"} 5"#;
     let mut m = String::new();
-    for _ in 0..40 {
+    until(Duration::from_secs(2), async || {
         m = metrics_text(&gw).await;
-        if m.contains(evicted) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        m.contains(evicted)
+    })
+    .await;
     assert!(m.contains(evicted), "{m}");
     assert!(gw.log().contains("dead letters dropped"), "{}", gw.log());
 }
@@ -335,14 +339,12 @@ async fn an_evicting_redis_is_warned_about_at_start_and_in_readyz() {
     let bot = Receiver::start(SECRET).await;
     let gw = Gateway::start(&GatewayConfig::new(&redis.url(), &prefix("evict"), &bot.url())).await;
     let mut body = String::new();
-    for _ in 0..50 {
+    until(Duration::from_secs(5), async || {
         let (status, b) = admin(&gw, "GET", "/readyz", None).await;
         body = b;
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        status == 200
+    })
+    .await;
     assert!(body.contains("ready") && body.contains("maxmemory-policy is allkeys-lru"), "{body}");
     assert!(eventually(Duration::from_secs(5), || gw.log().contains("maxmemory-policy may evict keys")).await);
 }
@@ -366,13 +368,11 @@ async fn every_fixed_series_is_exported_at_zero_from_the_start() {
         r#"slackgate_egress_slack_seconds_count{class="write"} 0"#,
     ];
     let mut m = String::new();
-    for _ in 0..50 {
+    until(Duration::from_secs(3), async || {
         m = metrics_text(&gw).await;
-        if want.iter().all(|w| m.contains(w)) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        want.iter().all(|w| m.contains(w))
+    })
+    .await;
     for w in want {
         assert!(m.contains(w), "{w} missing:\n{m}");
     }

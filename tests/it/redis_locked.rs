@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::deliver;
 use crate::utils::*;
 
 fn without(cfg: &GatewayConfig, key: &str) -> GatewayConfig {
@@ -69,7 +68,7 @@ async fn a_cluster_over_mutual_tls_with_a_login_records_replicates_and_delivers(
         "{}",
         gateways[0].log()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gateways[0].wait_idle().await; // one cluster, one outbox: either gateway reads it
     assert!(ids.iter().all(|id| bot.count_body(id) == 1), "each delivered once");
     for (g, before) in gateways.iter().zip(errors_before) {
         assert_eq!(metric(g.admin_port, record_errors).await, before, "no record failed once connected");

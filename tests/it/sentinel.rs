@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use crate::cluster::deliver;
 use crate::utils::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -25,6 +24,7 @@ async fn the_gateway_follows_a_sentinel_failover_and_loses_no_replicated_ack() {
         }
         let (port, id) = (gw.port, id.clone());
         sends.push(tokio::spawn(async move { deliver(&[port], &id, Duration::from_secs(60)).await }));
+        // Slack's pace, not a wait: the primary dies while events keep coming.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for s in sends {
@@ -63,14 +63,18 @@ async fn sentinel_failover_run(name: &str, durability: &str) -> (usize, Vec<Stri
     let _: () =
         redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut set.conn(first).unwrap()).unwrap();
     let ids: Vec<String> = (0..crate::cluster::failover_events() / 2).map(|i| format!("Ev{name}{i:05}")).collect();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let sends: Vec<_> = ids
         .iter()
         .map(|id| {
-            let (port, id) = (gw.port, id.clone());
-            tokio::spawn(async move { deliver(&[port], &id, Duration::from_secs(60)).await })
+            let (port, id, answered) = (gw.port, id.clone(), answered.clone());
+            tokio::spawn(async move { deliver_counting(&[port], &id, Duration::from_secs(60), &answered).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Every event has had its first answer before the primary dies (with `replicated`, a 503:
+    // the frozen replicas confirm nothing).
+    let all = eventually(Duration::from_secs(30), || answered.load(std::sync::atomic::Ordering::Relaxed) == ids.len());
+    assert!(all.await, "every event answered once before the kill");
     set.kill(first);
     for r in &replicas {
         set.signal(*r, "CONT");
@@ -82,7 +86,9 @@ async fn sentinel_failover_run(name: &str, durability: &str) -> (usize, Vec<Stri
     for s in sends {
         acked += usize::from(s.await.unwrap());
     }
-    eventually(Duration::from_secs(15), || ids.iter().all(|id| bot.count_body(id) >= 1)).await;
+    // What is counted lost is lost, not late: nothing waits in the outbox any more.
+    let idle = outbox_idle(gw.admin_port, Duration::from_secs(60)).await;
+    assert!(idle, "the outbox never went idle: {}\n{}", outbox_stats(gw.admin_port, None).await, gw.log());
     (acked, ids.iter().filter(|id| bot.count_body(id) == 0).cloned().collect())
 }
 

@@ -245,6 +245,23 @@ impl Gateway {
         self.spawn().await;
     }
 
+    /// Wait until this gateway's outbox [is idle](super::is_idle): every delivery accepted so
+    /// far is finished. Panics with the log when it is not within 15 s.
+    pub async fn wait_idle(&self) {
+        self.wait_idle_with(None).await
+    }
+
+    /// [`Gateway::wait_idle`] for a gateway with an admin token.
+    pub async fn wait_idle_with(&self, token: Option<&str>) {
+        let idle = super::outbox_idle_with(self.admin_port, token, Duration::from_secs(15)).await;
+        assert!(
+            idle,
+            "the outbox never went idle: {}\n{}",
+            super::outbox_stats(self.admin_port, token).await,
+            self.log()
+        );
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }

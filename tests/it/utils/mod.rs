@@ -12,6 +12,7 @@ mod redis_secure;
 mod redis_sentinel;
 mod redis_server;
 mod tls;
+mod wait;
 
 pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack, Look};
@@ -22,6 +23,7 @@ pub use redis_secure::RedisSecurity;
 pub use redis_sentinel::RedisSentinel;
 pub use redis_server::RedisServer;
 pub use tls::TestCa;
+pub use wait::*;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -97,6 +99,36 @@ pub async fn send(port: u16, req: Req) -> (u16, Bytes) {
     try_send(port, req).await.expect("gateway answered within 10s")
 }
 
+/// Send like Slack: retry (200 ms apart) until some gateway answers 200, up to `limit`.
+pub async fn deliver(ports: &[u16], id: &str, limit: Duration) -> bool {
+    deliver_counting(ports, id, limit, &std::sync::atomic::AtomicUsize::new(0)).await
+}
+
+/// [`deliver`], counting in `answered` once when the first answer (of any status) comes.
+pub async fn deliver_counting(
+    ports: &[u16],
+    id: &str,
+    limit: Duration,
+    answered: &std::sync::atomic::AtomicUsize,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut i = 0;
+    while tokio::time::Instant::now() < deadline {
+        let port = ports[i % ports.len()];
+        let got = try_send(port, Req::signed("/slack/events", event(id), SECRET)).await;
+        if i == 0 {
+            answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Ok((200, _)) = got {
+            return true;
+        }
+        i += 1;
+        // Slack's own pace between retries (it backs off far longer).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
 /// Send one request on a new connection; a refused or broken connection is an `Err`.
 pub async fn try_send(port: u16, req: Req) -> Result<(u16, Bytes), String> {
     exchange(port, req).await.map(|(status, _, body)| (status, body))
@@ -136,32 +168,4 @@ pub async fn metric(admin_port: u16, series: &str) -> f64 {
         .filter(|l| l.starts_with(series))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// Poll the gateway's metrics until `series` reaches `at_least` or `limit` passes.
-pub async fn metric_reaches(admin_port: u16, series: &str, at_least: f64, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if metric(admin_port, series).await >= at_least {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Poll `check` every 50 ms until it holds or `limit` passes.
-pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if check() {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
