@@ -166,7 +166,7 @@ async fn expired(store: &Store, keys: &ShardKeys, consumer: &str, max: usize) ->
 /// How long Redis has seen `name` idle, in ms.
 async fn consumer_idle_ms(conn: &mut outbox::Conn, keys: &ShardKeys, name: &str) -> u64 {
     let info: Vec<std::collections::HashMap<String, redis::Value>> =
-        redis::cmd("XINFO").arg("CONSUMERS").arg(&keys.stream).arg(outbox::GROUP).query_async(conn).await.unwrap();
+        redis::cmd("XINFO").arg("CONSUMERS").arg(keys.stream()).arg(outbox::GROUP).query_async(conn).await.unwrap();
     let me =
         info.iter().find(|c| redis::from_redis_value_ref::<String>(&c["name"]).unwrap() == name).expect("a consumer");
     redis::from_redis_value_ref(&me["idle"]).unwrap()
