@@ -84,6 +84,9 @@ pub struct Overload {
     pub limit: IntGauge,
     pub pending: IntGauge,
     pub waiting: IntGauge,
+    /// Bytes of request bodies not yet verified, held across all connections (see
+    /// `server.unverified_budget`).
+    pub unverified_bytes: IntGauge,
     /// How pressed the ack path is (0–1), set when scraped.
     pub pressure: prometheus::Gauge,
     /// The attempts each app's workers allow themselves now.
@@ -103,6 +106,11 @@ impl Overload {
             limit: int_gauge(r, "admission_limit", "The adaptive limit on pending records"),
             pending: int_gauge(r, "admission_pending", "Records pending in the store"),
             waiting: int_gauge(r, "admission_waiting", "Requests waiting for a record slot"),
+            unverified_bytes: int_gauge(
+                r,
+                "unverified_bytes",
+                "Bytes of request bodies held before their signature is checked, across all connections",
+            ),
             pressure: prometheus::register_gauge_with_registry!(
                 "ack_pressure",
                 "How pressed the ack path is (0 calm, 1 shedding): the delivery workers yield to it",
@@ -234,7 +242,7 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 32] {
+    fn collectors(&self) -> [&dyn Collector; 33] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -262,6 +270,7 @@ impl Metrics {
             &self.overload.limit,
             &self.overload.pending,
             &self.overload.waiting,
+            &self.overload.unverified_bytes,
             &self.overload.pressure,
             &self.overload.delivery_allowed,
             &self.egress.calls,

@@ -7,14 +7,18 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use prometheus::IntGauge;
+
 pub struct Budget {
     max: usize,
     used: AtomicUsize,
+    /// `slackgate_unverified_bytes`: what `used` holds, for operators (and tests).
+    gauge: IntGauge,
 }
 
 impl Budget {
-    pub fn new(max: usize) -> Arc<Budget> {
-        Arc::new(Budget { max, used: AtomicUsize::new(0) })
+    pub fn new(max: usize, gauge: IntGauge) -> Arc<Budget> {
+        Arc::new(Budget { max, used: AtomicUsize::new(0), gauge })
     }
 
     /// A hold of nothing yet, to grow as a body arrives.
@@ -29,11 +33,16 @@ impl Budget {
     }
 
     fn take(&self, n: usize) -> bool {
-        self.used
+        let taken = self
+            .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(n).filter(|total| *total <= self.max)
             })
-            .is_ok()
+            .is_ok();
+        if taken {
+            self.gauge.add(n as i64);
+        }
+        taken
     }
 }
 
@@ -62,6 +71,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.budget.gauge.sub(self.bytes as i64);
     }
 }
 
@@ -71,20 +81,21 @@ mod tests {
 
     #[test]
     fn holds_grow_within_the_budget_and_give_back_when_dropped() {
-        let b = Budget::new(100);
+        let gauge = IntGauge::new("unverified_bytes", "test").unwrap();
+        let b = Budget::new(100, gauge.clone());
         let mut first = b.hold();
         assert!(first.grow_to(60));
         assert!(first.grow_to(40), "shrinking asks for nothing");
         let mut second = b.hold();
         assert!(!second.grow_to(41), "60 + 41 > 100");
         assert!(second.grow_to(40));
-        assert_eq!(b.used(), 100);
+        assert_eq!((b.used(), gauge.get()), (100, 100));
         assert!(!first.grow_to(61));
         drop(first);
         assert_eq!(b.used(), 40);
         assert!(second.grow_to(100));
         drop(second);
-        assert_eq!(b.used(), 0);
+        assert_eq!((b.used(), gauge.get()), (0, 0));
         assert!(!b.hold().grow_to(usize::MAX), "no overflow");
         assert_eq!(b.used(), 0);
     }

@@ -118,7 +118,7 @@ impl Ingress {
         let store = LazyStore::durable(&redis, config.server.ack_budget, config.redis.durability);
         Ingress {
             store,
-            unverified: budget::Budget::new(config.server.unverified_budget),
+            unverified: budget::Budget::new(config.server.unverified_budget, m.overload.unverified_bytes.clone()),
             admission,
             shard_gate,
             attribution_window,
