@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use super::ConfigOpt;
 use crate::config::{Config, Overrides, RedisTarget};
 use crate::ops::Ops;
-use crate::outbox::{self, Store};
+use crate::outbox;
 
 #[derive(Args)]
 pub struct Target {
@@ -74,7 +74,7 @@ async fn connect(t: &Target) -> anyhow::Result<Ops> {
         target => target.clone(),
     };
     let endpoint = outbox::Endpoint::new(target, config.redis.auth.clone());
-    let store = Store::new(outbox::connect_lazy(&endpoint, Duration::from_secs(5))?);
+    let store = outbox::LazyStore::new(&endpoint, Duration::from_secs(5)).get()?.clone();
     store.ping().await.context("cannot reach Redis")?;
     Ok(Ops::new(config, store))
 }
