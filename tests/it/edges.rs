@@ -18,23 +18,6 @@ async fn gateway(name: &str, server: &str) -> (RedisServer, Receiver, Gateway) {
     (redis, bot, gw)
 }
 
-async fn connect(port: u16) -> TcpStream {
-    TcpStream::connect(("127.0.0.1", port)).await.unwrap()
-}
-
-/// Read until the peer closes (or `limit` passes); `true` if it closed.
-async fn closed_within(conn: &mut TcpStream, limit: Duration) -> bool {
-    let mut buf = [0u8; 4096];
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        match tokio::time::timeout_at(deadline, conn.read(&mut buf)).await {
-            Err(_) => return false,
-            Ok(Ok(0)) | Ok(Err(_)) => return true,
-            Ok(Ok(_)) => continue,
-        }
-    }
-}
-
 /// Whether the peer has closed the connection right now (no waiting).
 async fn is_closed(conn: &mut TcpStream) -> bool {
     closed_within(conn, Duration::from_millis(20)).await

@@ -4,48 +4,13 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-
+use crate::egress_common::*;
 use crate::utils::*;
-
-const TOKEN: &str = "xoxb-test-token-7f3a9c";
-
-struct Setup {
-    redis: RedisServer,
-    slack: FakeSlack,
-    bot: Receiver,
-    gw: Gateway,
-}
-
-async fn setup(name: &str, egress: &str) -> Setup {
-    let redis = RedisServer::start();
-    let slack = FakeSlack::start().await;
-    let bot = Receiver::start(SECRET).await;
-    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
-    cfg.egress = format!("slack_api_url = \"{}\"\n{egress}", slack.api_url());
-    let gw = Gateway::start(&cfg).await;
-    Setup { redis, slack, bot, gw }
-}
 
 /// One Web API call through the egress: status, headers, body.
 async fn api(port: u16, method: &str, body: &str, headers: &[(&str, &str)]) -> (u16, hyper::HeaderMap, String) {
-    let client =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut b = hyper::Request::post(format!("http://127.0.0.1:{port}/api/{method}"))
-        .header("content-type", "application/x-www-form-urlencoded");
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization")) {
-        b = b.header("authorization", format!("Bearer {TOKEN}"));
-    }
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let req = b.body(Full::new(Bytes::from(body.to_string()))).unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req)).await.expect("answered");
-    let resp = resp.unwrap_or_else(|e| panic!("{method}: {e:?}"));
-    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+    let a = call(port, method, body, headers).await;
+    (a.status, a.headers, a.body)
 }
 
 fn ok(body: &str) -> bool {

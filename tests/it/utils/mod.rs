@@ -6,6 +6,7 @@
 mod child;
 mod fake_slack;
 mod gateway;
+mod raw;
 mod receiver;
 mod redis_cluster;
 mod redis_secure;
@@ -17,6 +18,7 @@ mod wait;
 pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack, Look};
 pub use gateway::{started_on, Gateway, GatewayConfig};
+pub use raw::{closed_within, connect};
 pub use receiver::{Receiver, Reply, Reserved};
 pub use redis_cluster::{free_low_port, RedisCluster};
 pub use redis_secure::RedisSecurity;
