@@ -21,22 +21,8 @@ sleep 0.5
 run_one() { # binary label round → prints "closed_ok_s open_p99_ms open_ok_s"
   local gw=$1 name="$2$3" listen admin pid
   listen=$(port); admin=$(port)
-  cat >"$WORK/$name.toml" <<TOML
-[server]
-listen = "127.0.0.1:$listen"
-admin_listen = "127.0.0.1:$admin"
-[redis]
-url = "redis://127.0.0.1:$REDIS_PORT/"
-key_prefix = "$name"
-[[app]]
-name = "bench"
-signing_secret = "\${BENCH_SECRET}"
-upstream = "http://127.0.0.1:$NGINX_PORT"
-delivery = { max_in_flight = 64 }
-TOML
-  RUST_LOG=warn "$gw" run --config "$WORK/$name.toml" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && break; sleep 0.1; done
+  bench_gateway "$gw" "$name" "$listen" "$admin" "$REDIS_PORT" "$NGINX_PORT" "{ max_in_flight = 64 }"
+  pid=$GW_PID
   local url="http://127.0.0.1:$listen/slack/events" closed open
   closed=$("$B" sim send --json --secret bench-secret --url "$url" --duration "$SECS" --concurrency 64 2>/dev/null | json "d['acked_per_s']")
   sleep 2 # let the deliveries catch up before the latency phase

@@ -18,22 +18,9 @@ sleep 0.5
 drain_one() { # binary label round → prints "backlog seconds per_s"
   local gw=$1 name="$2$3" listen admin bot pid recv
   listen=$(port); admin=$(port); bot=$(port)
-  cat >"$WORK/$name.toml" <<TOML
-[server]
-listen = "127.0.0.1:$listen"
-admin_listen = "127.0.0.1:$admin"
-[redis]
-url = "redis://127.0.0.1:$REDIS_PORT/"
-key_prefix = "$name"
-[[app]]
-name = "bench"
-signing_secret = "\${BENCH_SECRET}"
-upstream = "http://127.0.0.1:$bot"
-delivery = { max_in_flight = 64, retry_initial = "100ms", retry_max = "1s" }
-TOML
-  RUST_LOG=warn "$gw" run --config "$WORK/$name.toml" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && break; sleep 0.1; done
+  bench_gateway "$gw" "$name" "$listen" "$admin" "$REDIS_PORT" "$bot" \
+    '{ max_in_flight = 64, retry_initial = "100ms", retry_max = "1s" }'
+  pid=$GW_PID
   "$gw" sim send --json --time-scale 60 --url "http://127.0.0.1:$listen/slack/events" --rate 5000 --events "$N" \
     --duration $((N / 5000 + 1)) >/dev/null 2>&1 || true
   waiting() { "$gw" stats --json --config "$WORK/$name.toml" 2>/dev/null | json "d[0]['ready'] + d[0]['in_flight'] + d[0]['scheduled']"; }

@@ -23,3 +23,28 @@ http {
 NGINX
   nginx -c "$1/nginx.conf" &
 }
+
+# bench_gateway BINARY NAME LISTEN ADMIN REDIS_PORT UPSTREAM_PORT DELIVERY: a gateway of one app
+# ("bench", secret $BENCH_SECRET, key prefix NAME) in the background, its files under $WORK;
+# sets GW_PID and returns once its /readyz answers.
+bench_gateway() {
+  local gw=$1 name=$2 listen=$3 admin=$4 redis=$5 upstream=$6 delivery=$7
+  cat >"$WORK/$name.toml" <<TOML
+[server]
+listen = "127.0.0.1:$listen"
+admin_listen = "127.0.0.1:$admin"
+[redis]
+url = "redis://127.0.0.1:$redis/"
+key_prefix = "$name"
+[[app]]
+name = "bench"
+signing_secret = "\${BENCH_SECRET}"
+upstream = "http://127.0.0.1:$upstream"
+delivery = $delivery
+TOML
+  RUST_LOG=warn "$gw" run --config "$WORK/$name.toml" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
+  GW_PID=$!
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && return; sleep 0.1; done
+  echo "gateway $name not ready" >&2
+  return 1
+}
