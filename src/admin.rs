@@ -29,17 +29,21 @@ use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 
 use crate::config::Secret;
+use crate::egress::EgressStore;
 use crate::live::Live;
 use crate::ops::{Ops, OpsError};
 use crate::outbox::Endpoint;
 use crate::outbox::{LazyStore, Store};
 use crate::shared::Shared;
+use crate::store::Lazy;
 
 pub struct Admin {
     live: Arc<Live>,
     shared: Arc<Shared>,
     /// Connected on first use, on the admin service's runtime.
     store: LazyStore,
+    /// The egress's records, for its notes.
+    egress: Lazy<EgressStore>,
 }
 
 type Reply = Response<Vec<u8>>;
@@ -166,7 +170,9 @@ fn admit(method: &Method, access: Access, headers: &http::HeaderMap, token: Opti
 
 impl Admin {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
-        Admin { live, shared, store: LazyStore::new(&redis, Duration::from_secs(2)) }
+        let prefix = live.get().config.redis.key_prefix.clone();
+        let egress = Lazy::egress(&redis, &prefix);
+        Admin { live, shared, store: LazyStore::outbox(&redis, Duration::from_secs(2)), egress }
     }
 
     fn store(&self) -> Result<&Store, String> {
@@ -175,7 +181,8 @@ impl Admin {
 
     /// Operator actions over the apps of the running config.
     fn ops(&self) -> Result<Ops, String> {
-        Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone()))
+        let egress = self.egress.get().map_err(|e| e.to_string())?.clone();
+        Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone(), egress))
     }
 
     /// Ready: the Slack listener accepts connections, Redis answers within a second and the

@@ -14,8 +14,11 @@
 //!   filters, where a late reply may go. Depends on no other module.
 //! - [`ingress`]: Pingora `ProxyHttp` — route, verify, classify, record, ack; inline answers for
 //!   commands and interactions; passthrough; per-connection deadlines.
-//! - [`outbox`]: Redis scripts and streams — record, lease, fenced finish, retries, dead letters.
-//!   Knows no HTTP and no workers.
+//! - [`store`]: the connection to Redis (where it is, one cheap connection, and [`store::Lazy`],
+//!   the one way a service gets a store of its own), shared by the outbox and the egress.
+//! - [`outbox`]: Redis scripts and streams — record, lease, fenced finish, retries, dead letters;
+//!   and the conversation records where the inbound side and the egress meet. Knows no HTTP
+//!   and no workers.
 //! - [`delivery`]: the background workers (reader, housekeeping).
 //! - [`attempt`]: one attempt toward the bot, and the late reply to `response_url`.
 //! - [`policy`]: what to do after an attempt (retry, backoff, give up, dead-letter).
@@ -55,6 +58,7 @@ pub mod secret;
 pub mod shared;
 pub mod sim;
 pub mod slack;
+pub mod store;
 pub mod upstream;
 
 /// Logs to stderr, `pretty` (human) or `json` (one object per line); `RUST_LOG` picks the

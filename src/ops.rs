@@ -79,11 +79,13 @@ pub struct DeadDetail {
 pub struct Ops {
     config: Arc<Config>,
     store: Store,
+    /// The egress's records (its notes of withheld and unknown writes).
+    egress: crate::egress::EgressStore,
 }
 
 impl Ops {
-    pub fn new(config: Arc<Config>, store: Store) -> Self {
-        Ops { config, store }
+    pub fn new(config: Arc<Config>, store: Store, egress: crate::egress::EgressStore) -> Self {
+        Ops { config, store, egress }
     }
 
     /// The named app, or the only one.
@@ -134,7 +136,7 @@ impl Ops {
                 return Err(OpsError::BadCursor(c.clone()));
             }
         }
-        let store = crate::egress::EgressStore::new(self.store.connection(), &self.config.redis.key_prefix);
+        let store = &self.egress;
         let (now, limit) = (now_ms(), q.limit.unwrap_or(100));
         let withheld = store.notes(NoteList::Withheld, limit, q.withheld_cursor.as_deref(), now).await?;
         let unknown = store.notes(NoteList::Unknown, limit, q.unknown_cursor.as_deref(), now).await?;

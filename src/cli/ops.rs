@@ -74,9 +74,10 @@ async fn connect(t: &Target) -> anyhow::Result<Ops> {
         target => target.clone(),
     };
     let endpoint = outbox::Endpoint::new(target, config.redis.auth.clone());
-    let store = outbox::LazyStore::new(&endpoint, Duration::from_secs(5)).get()?.clone();
+    let store = outbox::LazyStore::outbox(&endpoint, Duration::from_secs(5)).get()?.clone();
     store.ping().await.context("cannot reach Redis")?;
-    Ok(Ops::new(config, store))
+    let egress = crate::store::Lazy::egress(&endpoint, &config.redis.key_prefix).get()?.clone();
+    Ok(Ops::new(config, store, egress))
 }
 
 fn age(ms: u64) -> String {

@@ -113,7 +113,7 @@ impl DeliveryService {
 #[async_trait]
 impl BackgroundService for DeliveryService {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let lazy = outbox::LazyStore::new(&self.redis, Duration::from_secs(2));
+        let lazy = outbox::LazyStore::outbox(&self.redis, Duration::from_secs(2));
         let store = match lazy.get() {
             Ok(store) => store.clone(),
             Err(e) => return warn!(error = %e, "delivery workers cannot start"),

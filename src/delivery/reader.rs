@@ -25,7 +25,7 @@ const YIELD_POLL: Duration = Duration::from_millis(10);
 
 pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: watch::Receiver<bool>) {
     // A store of its own: a blocking XREADGROUP would stall a shared multiplexed connection.
-    let own = outbox::LazyStore::new(&redis, READ_BLOCK + Duration::from_secs(2));
+    let own = outbox::LazyStore::outbox(&redis, READ_BLOCK + Duration::from_secs(2));
     let reads = match own.get() {
         Ok(store) => store.clone(),
         Err(e) => return warn!(error = %e, "reader cannot connect"),

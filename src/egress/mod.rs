@@ -41,7 +41,7 @@ mod write;
 pub use notes::{is_cursor, NoteList, NotePage};
 pub use store::{EgressStore, Place};
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -53,9 +53,9 @@ use pingora::server::ShutdownWatch;
 use tracing::{debug, info};
 
 use crate::config::{Config, EgressConfig};
-use crate::outbox;
 use crate::outbox::Endpoint;
 use crate::shared::Shared;
+use crate::store::Lazy;
 use call::{Call, Verb};
 use error::Error;
 use plan::KeyKind;
@@ -162,16 +162,16 @@ impl Reply {
 pub struct Egress {
     config: Arc<Config>,
     shared: Arc<Shared>,
-    redis: Endpoint,
-    /// Created on first use, on this service's runtime.
-    store: OnceLock<EgressStore>,
+    /// Connected on first use, on this service's runtime.
+    store: Lazy<EgressStore>,
     slack: SlackApi,
 }
 
 impl Egress {
     pub fn new(config: Arc<Config>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let slack = SlackApi::new(config.egress.slack_api_url.clone());
-        Egress { config, shared, redis, store: OnceLock::new(), slack }
+        let store = Lazy::egress(&redis, &config.redis.key_prefix);
+        Egress { config, shared, store, slack }
     }
 
     fn cfg(&self) -> &EgressConfig {
@@ -179,11 +179,7 @@ impl Egress {
     }
 
     fn store(&self) -> Option<&EgressStore> {
-        if let Some(s) = self.store.get() {
-            return Some(s);
-        }
-        let conn = outbox::connect_lazy(&self.redis, Duration::from_secs(2)).ok()?;
-        Some(self.store.get_or_init(|| EgressStore::new(conn, &self.config.redis.key_prefix)))
+        self.store.get().ok()
     }
 
     fn count(&self, class: &str, outcome: Outcome) {

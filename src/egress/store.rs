@@ -10,14 +10,15 @@
 
 use std::time::Duration;
 
-use crate::outbox::{Conn, Conversations, Source};
+use crate::outbox::{Conversations, Source};
+use crate::store::{connect_lazy, Conn, Endpoint, Lazy};
 use bytes::Bytes;
 use redis::{AsyncCommands, Script, Value};
 use tokio::sync::OnceCell;
 
 use super::plan::{Settle, SourceState};
 use super::scripts;
-use crate::outbox::StoreError;
+use crate::store::StoreError;
 
 /// An answer from Slack, as cached and replayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,8 +206,18 @@ struct Scripts {
 
 pub(super) const DAY_MS: u64 = 24 * 3600 * 1000;
 
+impl Lazy<EgressStore> {
+    /// The egress's records under `prefix`, connected on first use (see [`Lazy`]).
+    pub fn egress(endpoint: &Endpoint, prefix: &str) -> Self {
+        let prefix = prefix.to_string();
+        Lazy::new(endpoint, Duration::from_secs(2), move |endpoint, timeout| {
+            Ok(EgressStore::new(connect_lazy(endpoint, timeout)?, &prefix))
+        })
+    }
+}
+
 impl EgressStore {
-    pub fn new(conn: Conn, prefix: &str) -> Self {
+    fn new(conn: Conn, prefix: &str) -> Self {
         let s = Scripts {
             idem_claim: Script::new(scripts::IDEM_CLAIM),
             idem_finish: Script::new(scripts::IDEM_FINISH),

@@ -1,48 +1,36 @@
-//! The one way a service gets its store: connected on first use, on the runtime of the service
-//! that uses it (redis-rs drives a connection on the runtime that created it, and Pingora gives
-//! each service a runtime of its own), with the connections its durability needs chosen here.
+//! The outbox's store as a service gets it: through [`Lazy`], with the connections its
+//! durability needs chosen here.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{connect_lazy, Endpoint, Store, StoreError};
+use super::{Endpoint, Store};
 use crate::config::Durability;
+use crate::store::{connect_lazy, Lazy};
 
 /// Connections for records under `durability = "replicated"`: a `WAIT` holds its connection
 /// until the replicas answer, so records waiting for replicas take turns over a few
 /// connections instead of queueing behind one.
 const RECORD_CONNECTIONS: usize = 8;
 
-pub struct LazyStore {
-    endpoint: Endpoint,
-    response_timeout: Duration,
-    durability: Durability,
-    store: OnceLock<Store>,
-}
+pub type LazyStore = Lazy<Store>;
 
-impl LazyStore {
+impl Lazy<Store> {
     /// A store whose records are `local`: every service but the ingress.
-    pub fn new(endpoint: &Endpoint, response_timeout: Duration) -> Self {
+    pub fn outbox(endpoint: &Endpoint, response_timeout: Duration) -> Self {
         Self::durable(endpoint, response_timeout, Durability::Local)
     }
 
     /// A store whose records are as durable as `durability` says (the ingress's).
     pub fn durable(endpoint: &Endpoint, response_timeout: Duration, durability: Durability) -> Self {
-        LazyStore { endpoint: endpoint.clone(), response_timeout, durability, store: OnceLock::new() }
-    }
-
-    /// The store, connecting on the first call (from the runtime that will use it).
-    pub fn get(&self) -> Result<&Store, StoreError> {
-        if let Some(s) = self.store.get() {
-            return Ok(s);
-        }
-        let conn = connect_lazy(&self.endpoint, self.response_timeout)?;
-        let waiters = match self.durability {
-            Durability::Replicated { .. } => (0..RECORD_CONNECTIONS)
-                .map(|_| connect_lazy(&self.endpoint, self.response_timeout))
-                .collect::<Result<Vec<_>, _>>()?,
-            Durability::Local => Vec::new(),
-        };
-        Ok(self.store.get_or_init(|| Store::new(conn).durable(self.durability, waiters)))
+        Lazy::new(endpoint, response_timeout, move |endpoint, timeout| {
+            let conn = connect_lazy(endpoint, timeout)?;
+            let waiters = match durability {
+                Durability::Replicated { .. } => {
+                    (0..RECORD_CONNECTIONS).map(|_| connect_lazy(endpoint, timeout)).collect::<Result<Vec<_>, _>>()?
+                }
+                Durability::Local => Vec::new(),
+            };
+            Ok(Store::new(conn).durable(durability, waiters))
+        })
     }
 }

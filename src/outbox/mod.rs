@@ -8,7 +8,6 @@
 //! `…:sched` zset of due retries · `…:dead` dead-letter stream · `…:wait` every waiting
 //! delivery by received-at · `…:r:m:…:alt` the other copies of a claimed message.
 
-mod conn;
 mod conversations;
 mod dead;
 mod lazy;
@@ -16,7 +15,8 @@ mod maintain;
 mod model;
 mod scripts;
 
-pub use conn::{connect_lazy, Conn, Endpoint};
+use crate::store::Conn;
+pub use crate::store::{Endpoint, StoreError};
 pub use conversations::{Change, Channel, Conversations, Source};
 pub use dead::DeadLetter;
 pub use lazy::LazyStore;
@@ -36,16 +36,6 @@ use crate::config::Durability;
 
 /// The consumer group every gateway process joins.
 pub const GROUP: &str = "slackgate";
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    #[error("unexpected reply from redis: {0}")]
-    Protocol(String),
-    #[error("recorded, but only {confirmed} of {wanted} replicas confirmed it in time (WAIT)")]
-    NotReplicated { confirmed: u32, wanted: u32 },
-}
 
 /// The Redis keys of one app shard.
 #[derive(Debug, Clone)]
@@ -356,10 +346,6 @@ impl Store {
     }
 
     /// The connection underneath, for other records kept in the same Redis.
-    pub fn connection(&self) -> Conn {
-        self.conn.clone()
-    }
-
     /// Read new entries for `consumer`, blocking up to `block`. Call it on a store of its own
     /// (a [`LazyStore`] the reader alone uses): a blocking read would stall every other command
     /// on a shared multiplexed connection.

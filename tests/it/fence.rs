@@ -8,11 +8,11 @@ use slackgate::slack::Kind;
 
 use crate::utils::*;
 
-async fn setup() -> (RedisServer, Store, outbox::Conn, ShardKeys) {
+async fn setup() -> (RedisServer, Store, slackgate::store::Conn, ShardKeys) {
     let redis = RedisServer::start();
     let endpoint = outbox::Endpoint::url(&redis.url());
-    let store = Store::new(outbox::connect_lazy(&endpoint, Duration::from_secs(2)).unwrap());
-    let reader = outbox::connect_lazy(&endpoint, Duration::from_secs(5)).unwrap();
+    let store = Store::new(slackgate::store::connect_lazy(&endpoint, Duration::from_secs(2)).unwrap());
+    let reader = slackgate::store::connect_lazy(&endpoint, Duration::from_secs(5)).unwrap();
     let keys = ShardKeys::new(&prefix("fence"), "bot", 0);
     store.ensure_group(&keys).await.unwrap();
     (redis, store, reader, keys)
@@ -164,7 +164,7 @@ async fn expired(store: &Store, keys: &ShardKeys, consumer: &str, max: usize) ->
 }
 
 /// How long Redis has seen `name` idle, in ms.
-async fn consumer_idle_ms(conn: &mut outbox::Conn, keys: &ShardKeys, name: &str) -> u64 {
+async fn consumer_idle_ms(conn: &mut slackgate::store::Conn, keys: &ShardKeys, name: &str) -> u64 {
     let info: Vec<std::collections::HashMap<String, redis::Value>> =
         redis::cmd("XINFO").arg("CONSUMERS").arg(keys.stream()).arg(outbox::GROUP).query_async(conn).await.unwrap();
     let me =
@@ -172,7 +172,7 @@ async fn consumer_idle_ms(conn: &mut outbox::Conn, keys: &ShardKeys, name: &str)
     redis::from_redis_value_ref(&me["idle"]).unwrap()
 }
 
-async fn consumers(conn: &mut outbox::Conn, keys: &ShardKeys) -> Vec<String> {
+async fn consumers(conn: &mut slackgate::store::Conn, keys: &ShardKeys) -> Vec<String> {
     let info: Vec<std::collections::HashMap<String, redis::Value>> =
         redis::cmd("XINFO").arg("CONSUMERS").arg(keys.stream()).arg(outbox::GROUP).query_async(conn).await.unwrap();
     let mut names: Vec<String> =
