@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::outbox::{Conversations, Source};
+use crate::outbox::{channel_tag, Channel, Conversations, Source};
 use crate::store::{connect_lazy, Conn, Endpoint, Lazy};
 use bytes::Bytes;
 use redis::{AsyncCommands, Script, Value};
@@ -242,7 +242,7 @@ impl EgressStore {
     }
 
     fn channel_tag(&self, p: &Place<'_>) -> String {
-        format!("{{{}:e:{}:{}}}", self.prefix, p.team, p.channel)
+        channel_tag(&self.prefix, Channel { team: p.team, channel: p.channel })
     }
 
     pub(super) fn global(&self, what: &str) -> String {

@@ -106,6 +106,12 @@ pub struct Channel<'a> {
     pub channel: &'a str,
 }
 
+/// The hash tag of a channel's keys, `{prefix:e:team:channel}`: the conversation records' and
+/// the egress's per-channel records (pacing, re-runs) alike.
+pub fn channel_tag(prefix: &str, c: Channel<'_>) -> String {
+    format!("{{{prefix}:e:{}:{}}}", c.team, c.channel)
+}
+
 /// The conversation records of one deployment (see the module doc).
 #[derive(Clone)]
 pub struct Conversations {
@@ -121,7 +127,7 @@ impl Conversations {
     }
 
     fn tag(&self, c: Channel<'_>) -> String {
-        format!("{{{}:e:{}:{}}}", self.prefix, c.team, c.channel)
+        channel_tag(&self.prefix, c)
     }
 
     /// A worker is about to send attempt `run` of `delivery`, whose message is `c`'s.

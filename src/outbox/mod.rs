@@ -17,7 +17,7 @@ mod scripts;
 
 use crate::store::Conn;
 pub use crate::store::{Endpoint, StoreError};
-pub use conversations::{Change, Channel, Conversations, Source};
+pub use conversations::{channel_tag, Change, Channel, Conversations, Source};
 pub use dead::DeadLetter;
 pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};

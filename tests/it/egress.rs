@@ -161,17 +161,6 @@ async fn a_write_that_cannot_be_looked_for_is_kept_as_unknown() {
     assert_eq!(m, 1.0);
 }
 
-/// An app_mention in channel C1 at `ts`, delivered through the gateway to the bot.
-async fn deliver_mention(s: &Setup, event_id: &str, ts: &str) {
-    let body = serde_json::json!({
-        "type": "event_callback", "event_id": event_id, "team_id": "T1", "api_app_id": "A1",
-        "authorizations": [{"user_id": "UBOT", "is_bot": true}],
-        "event": {"type": "app_mention", "user": "U1", "text": "<@UBOT> help", "channel": "C1", "ts": ts}
-    });
-    assert_eq!(send(s.gw.port, Req::signed("/slack/events", body.to_string().into_bytes(), SECRET)).await.0, 200);
-    assert!(eventually(Duration::from_secs(5), || s.bot.count_body(event_id) == 1).await);
-}
-
 async fn delete_message(s: &Setup, event_id: &str, ts: &str) {
     let body = serde_json::json!({
         "type": "event_callback", "event_id": event_id, "team_id": "T1",
@@ -206,13 +195,7 @@ async fn a_reply_to_a_deleted_question_is_withheld() {
     let m = metric(s.gw.admin_port, r#"slackgate_egress_calls_total{class="write",outcome="withheld_deleted"}"#).await;
     assert!(m >= 1.0);
     // Kept for a day, where operators look.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slackgate"))
-        .args(["egress", "--json", "--config"])
-        .arg(&s.gw.config_path)
-        .env("SG_TEST_SECRET", SECRET)
-        .output()
-        .unwrap();
-    let notes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let notes = egress_cli(&s.gw);
     assert_eq!(notes["withheld"][0]["reason"], "source_deleted", "{notes}");
     assert_eq!(notes["withheld"][0]["source_ts"], "1700000100.000100");
     let mut req = Req::signed("/egress", Vec::new(), SECRET);

@@ -135,13 +135,7 @@ async fn an_unknown_ephemeral_or_modal_is_never_sent_again() {
     assert_eq!((status, listed["unknown_total"].as_u64()), (200, Some(4)), "{listed}");
     let methods: Vec<_> = listed["unknown"].as_array().unwrap().iter().map(|n| n["method"].clone()).collect();
     assert_eq!(methods, ["views.open", "views.open", "chat.postEphemeral", "chat.postEphemeral"], "newest first");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slackgate"))
-        .args(["egress", "--json", "--config"])
-        .arg(&s.gw.config_path)
-        .env("SG_TEST_SECRET", SECRET)
-        .output()
-        .unwrap();
-    let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cli = egress_cli(&s.gw);
     assert_eq!((cli["unknown_total"].as_u64(), cli["unknown"][0]["method"].as_str()), (Some(4), Some("views.open")));
 }
 

@@ -101,6 +101,17 @@ pub async fn notes(admin_port: u16, query: &str) -> (u16, usize, serde_json::Val
     (status, body.len(), serde_json::from_slice(&body).unwrap_or_default())
 }
 
+/// What `slackgate egress --json` lists for the gateway's config.
+pub fn egress_cli(gw: &Gateway) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slackgate"))
+        .args(["egress", "--json", "--config"])
+        .arg(&gw.config_path)
+        .env("SG_TEST_SECRET", SECRET)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
 /// An app_mention in channel C1 at `ts`, delivered through the gateway to the bot.
 pub async fn deliver_mention(s: &Setup, event_id: &str, ts: &str) {
     let body = serde_json::json!({
