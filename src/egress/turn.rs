@@ -21,7 +21,7 @@ impl Egress {
     pub(super) async fn turn(&self, to: &Target<'_>, w: &Write) -> Option<Reply> {
         let source = to.source.as_ref().filter(|s| !s.conversation.is_empty())?;
         let kind = plan::turn_write(&w.call.method)?;
-        let app = self.config.apps.iter().find(|a| a.name == source.app)?;
+        let app = self.app(&source.app)?;
         let rules = TurnRules::of(&app.turns)?;
         let turns = to.store.turns();
         let step = turns.write(
