@@ -230,7 +230,7 @@ async fn usable(s: &Shard, lease: &Lease, loaded: Loaded) -> Option<Box<Stored>>
             None
         }
         Loaded::Held => {
-            info!(target: "slackgate::audit", delivery = %lease.delivery, "turn held");
+            info!(target: "slackgate::audit", app = %s.app.name, delivery = %lease.delivery, "turn held");
             None
         }
         Loaded::LeaseLost => {

@@ -4,7 +4,6 @@
 //! listed; a held delivery cancelled by its deletion; `order` turned off releasing what was
 //! held. The Bolt apps' view of turns (replies through the egress) is in `turns`.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::utils::*;
@@ -181,13 +180,7 @@ async fn turning_order_off_releases_every_held_delivery() {
     assert!(held, "{}", outbox_stats(gw.admin_port, None).await);
     cfg.app = String::new();
     gw.rewrite(&cfg);
-    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
-        .arg("reload")
-        .arg("--pid-file")
-        .arg(gw.pid_file())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    gw.reload();
     // Released while the first is still being answered: nothing waits for it any more.
     assert!(eventually(Duration::from_secs(6), || bot.count() == 3).await, "{:?}\n{}", arrivals(&bot), gw.log());
     assert!(turns_ended(&gw, "off", 1.0).await, "{}", gw.log());
