@@ -14,7 +14,7 @@ use super::plan::{self, Gone};
 use super::write::Write;
 use super::{Egress, Reply};
 use crate::clock::now_ms;
-use crate::outbox::TurnRules;
+use crate::outbox::{TurnRules, TurnWrite};
 
 impl Egress {
     /// The write's step in its turn; `Some` with the answer when it is withheld.
@@ -23,17 +23,15 @@ impl Egress {
         let kind = plan::turn_write(&w.call.method)?;
         let app = self.app(&source.app)?;
         let rules = TurnRules::of(&app.turns)?;
-        let turns = to.store.turns();
-        let step = turns.write(
-            &source.app,
-            &source.delivery,
-            &source.conversation,
-            &source.ts,
+        let write = TurnWrite {
+            app: &source.app,
+            delivery: &source.delivery,
+            conversation: &source.conversation,
+            ts: &source.ts,
             kind,
-            app.turns.withhold_on_newer,
-            &rules,
-            now_ms(),
-        );
+        };
+        let turns = to.store.turns();
+        let step = turns.write(&write, &rules, now_ms());
         let verdict = match self.step(w, step).await {
             Ok(v) => v,
             Err(e) => {
