@@ -260,7 +260,12 @@ async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempte
         Finish::Retry { due_ms, .. } => due_ms.saturating_sub(now),
         _ => 0,
     };
-    match s.store.finish_in_turn(&s.keys, &s.consumer, lease, how, s.turns.as_ref()).await {
+    let conversation = match &stored.conversation {
+        Kept::Some(c) => Some(c.key()),
+        _ => None,
+    };
+    let turn = s.turns.as_ref().zip(conversation.as_deref());
+    match s.store.finish_in_turn(&s.keys, &s.consumer, lease, how, turn).await {
         Ok(Finished::Recorded(turn)) => {
             if let Some(ended) = &turn {
                 s.turn_ended(ended);

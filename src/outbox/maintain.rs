@@ -89,7 +89,6 @@ impl Store {
             .key(&keys.sched)
             .key(&keys.dead)
             .key(&keys.wait)
-            .key(keys.held())
             .key(keys.turns_waiting())
             .key(keys.superseded_count())
             .arg(GROUP)

@@ -316,18 +316,19 @@ impl Store {
         Ok(self.finish_in_turn(keys, consumer, lease, how, None).await? != Finished::Fenced)
     }
 
-    /// Fenced completion for an app that takes turns (`rules`): with the turn the delivery's
-    /// end ended, if it did (its delivery answered or refused).
+    /// Fenced completion of a delivery of `conversation` (its key) for an app that takes turns
+    /// (`rules`): with the turn the delivery's end ended, if it did (it answered or was
+    /// refused).
     pub async fn finish_in_turn(
         &self,
         keys: &ShardKeys,
         consumer: &str,
         lease: &Lease,
         how: Finish<'_>,
-        rules: Option<&TurnRules>,
+        turn: Option<(&TurnRules, &str)>,
     ) -> Result<Finished, StoreError> {
         let (mode, at, status, error, final_) = how.parts();
-        let (order, end, quiet, pass_after, timeout) = turns::finish_args(rules);
+        let (order, end, quiet, pass_after, timeout) = turns::finish_args(turn.map(|(r, _)| r));
         let reply: Value = fenced(&self.finish, keys, consumer, lease)
             .key(keys.delivery(&lease.delivery))
             .key(&keys.sched)
@@ -346,6 +347,7 @@ impl Store {
             .arg(pass_after)
             .arg(timeout)
             .arg(crate::clock::now_ms())
+            .arg(turn.map_or("", |(_, conversation)| conversation))
             .invoke_async(&mut self.conn.clone())
             .await?;
         turns::finished(reply)

@@ -47,19 +47,51 @@ end
     };
 }
 
-/// Helpers shared by the scripts that move a conversation's turn (see `turns`); they build on
-/// the claim helpers. `tag` is the shard's key tag; `now` and `timeout` are numbers (ms).
-macro_rules! with_turn_helpers {
-    ($body:literal) => {
-        with_claim_helpers!(concat!(
+/// A turn as kept (a string: `holder|ts|begun ms|answered|writes|last write ms|waiters|
+/// cancelled`), and a delivery's conversation from its `cv`. A turn key lives for its
+/// timeout and a minute: what ends a turn on time is the housekeeping's index, where a turn is
+/// only while something waits for it (deliveries held, the bot's replies, a cancellation).
+macro_rules! with_turn_codec {
+    ($body:expr) => {
+        concat!(
             r#"
-local function turn_conv(hk)
-  local cv = redis.call('HGET', hk, 'cv')
+local function conv_of(cv)
   if not cv then return nil end
   local team, channel, ts, thread = string.match(cv, '^([^\t]+)\t([^\t]+)\t([^\t]+)\t([^\t]+)$')
   if not thread then return nil end
   return team .. ':' .. channel .. ':' .. thread, ts
 end
+local function turn_get(tk)
+  local v = redis.call('GET', tk)
+  if not v then return nil end
+  local d, ts, at, ok, w, lw, q, x =
+    string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if not d then return nil end
+  return {d = d, ts = ts, at = tonumber(at) or 0, ok = ok == '1', w = tonumber(w) or 0, lw = tonumber(lw),
+    q = q == '1', x = x}
+end
+local function turn_put(tk, t, ttl)
+  local v = table.concat({t.d, t.ts, t.at, t.ok and '1' or '', t.w or 0, t.lw or '', t.q and '1' or '',
+    t.x or ''}, '|')
+  if ttl then
+    redis.call('SET', tk, v, 'PX', ttl)
+  else
+    redis.call('SET', tk, v, 'KEEPTTL')
+  end
+end
+"#,
+            $body
+        )
+    };
+}
+
+/// Helpers shared by the scripts that move a conversation's turn (see `turns`); they build on
+/// the claim helpers and the turn codec. `tag` is the shard's key tag; `now` and `timeout` are
+/// numbers (ms).
+macro_rules! with_turn_helpers {
+    ($body:expr) => {
+        with_claim_helpers!(with_turn_codec!(concat!(
+            r#"
 local function supersede(tag, id, by, now)
   local hk = tag .. ':d:' .. id
   local mc = redis.call('HGET', hk, 'mc')
@@ -81,70 +113,81 @@ local function release(tag, conv, now, order, timeout)
       first = redis.call('ZRANGE', qk, 0, 0, 'WITHSCORES')
     end
     if #first == 0 then
-      redis.call('SREM', tag .. ':waiting', conv)
+      redis.call('ZREM', tag .. ':waiting', conv)
       return '', superseded
     end
     local id = first[1]
     redis.call('ZREM', qk, id)
-    redis.call('ZREM', tag .. ':held', id)
     local hk = tag .. ':d:' .. id
-    if redis.call('EXISTS', hk) == 1 then
+    local cv = redis.call('HGET', hk, 'cv')
+    if cv then
       if order == 'latest' then
         for _, old in ipairs(redis.call('ZRANGE', qk, '-inf', '(' .. first[2], 'BYSCORE')) do
-          redis.call('ZREM', qk, old)
-          redis.call('ZREM', tag .. ':held', old)
           if redis.call('EXISTS', tag .. ':d:' .. old) == 1 then
             supersede(tag, old, id, now)
             superseded[#superseded + 1] = old
           end
         end
+        redis.call('ZREMRANGEBYSCORE', qk, '-inf', '(' .. first[2])
       end
-      redis.call('HDEL', hk, 'hq')
-      redis.call('HSET', hk, 'tc', conv, 'e', redis.call('XADD', tag .. ':outbox', '*', 'd', id))
+      redis.call('HSET', hk, 'e', redis.call('XADD', tag .. ':outbox', '*', 'd', id))
+      local left = redis.call('ZCARD', qk)
+      if left == 0 then
+        redis.call('ZREM', tag .. ':waiting', conv)
+      else
+        redis.call('ZADD', tag .. ':waiting', left, conv)
+      end
       if order ~= 'off' then
-        local _, ts = turn_conv(hk)
-        redis.call('HSET', tag .. ':tn:' .. conv, 'd', id, 'ts', ts or first[2], 'at', now, 'w', 0)
-        redis.call('ZADD', tag .. ':turns', now + timeout, conv)
-      end
-      if redis.call('ZCARD', qk) == 0 then
-        redis.call('SREM', tag .. ':waiting', conv)
+        local _, ts = conv_of(cv)
+        turn_put(tag .. ':tn:' .. conv, {d = id, ts = ts or first[2], at = now, q = left > 0}, timeout + 60000)
+        if left > 0 then
+          redis.call('ZADD', tag .. ':turns', now + timeout, conv)
+        end
       end
       return id, superseded
     end
   end
 end
-local function end_turn(tag, conv, now, order, timeout)
-  local tk = tag .. ':tn:' .. conv
-  local at = tonumber(redis.call('HGET', tk, 'at') or now)
-  redis.call('DEL', tk)
-  redis.call('ZREM', tag .. ':turns', conv)
-  local released, superseded = release(tag, conv, now, order, timeout)
-  return {math.max(now - at, 0), released, superseded}
+-- `t`: the turn as it was (nil when its key is gone). Returns {duration ms, released id,
+-- {superseded ids}}.
+local function end_turn(tag, conv, t, now, order, timeout)
+  redis.call('DEL', tag .. ':tn:' .. conv)
+  if not t or t.q or t.ok or (t.x or '') ~= '' then
+    redis.call('ZREM', tag .. ':turns', conv)
+  end
+  local released, superseded = '', {}
+  if not t or t.q then
+    released, superseded = release(tag, conv, now, order, timeout)
+  end
+  return {math.max(now - (t and t.at or now), 0), released, superseded}
 end
-local function begin_turn(tag, group, entry, id, hk, now, timeout)
-  local conv, ts = turn_conv(hk)
+-- A leased delivery (its hash's `cv`) takes its conversation's turn, or waits for it off the
+-- stream: false when it waits.
+local function begin_turn(tag, group, entry, id, hk, cv, now, timeout)
+  local conv, ts = conv_of(cv)
   if not conv then return true end
   local tk = tag .. ':tn:' .. conv
-  local holder = redis.call('HGET', tk, 'd')
-  if holder == id then return true end
-  if not holder then
-    redis.call('HSET', tk, 'd', id, 'ts', ts, 'at', now, 'w', 0)
-    redis.call('ZADD', tag .. ':turns', now + timeout, conv)
-    redis.call('HSET', hk, 'tc', conv)
+  local t = turn_get(tk)
+  if t and t.d == id then return true end
+  if not t then
+    turn_put(tk, {d = id, ts = ts, at = now}, timeout + 60000)
     return true
   end
   redis.call('XACK', tag .. ':outbox', group, entry)
   redis.call('XDEL', tag .. ':outbox', entry)
-  redis.call('HDEL', hk, 'e')
   redis.call('HSET', hk, 'hq', conv)
   redis.call('ZADD', tag .. ':tq:' .. conv, ts, id)
-  redis.call('ZADD', tag .. ':held', now, id)
-  redis.call('SADD', tag .. ':waiting', conv)
+  redis.call('ZINCRBY', tag .. ':waiting', 1, conv)
+  if not t.q then
+    t.q = true
+    turn_put(tk, t)
+    redis.call('ZADD', tag .. ':turns', 'NX', t.at + timeout, conv)
+  end
   return false
 end
 "#,
             $body
-        ))
+        )))
     };
 }
 
@@ -162,7 +205,7 @@ end
 /// receipt, {2, holder id, 0} for another event of a message already claimed. An inline
 /// delivery goes to the schedule zset with a due time one lease ahead: the ingress owns it
 /// while its score is in the future, and if the ingress dies it is promoted like any retry.
-pub const RECORD: &str = with_claim_helpers!(
+pub const RECORD: &str = with_claim_helpers!(with_turn_codec!(
     r#"
 -- The delivery's hash in one HSET, with any extra fields (its entry id, its message claim).
 local function store(hk, ...)
@@ -220,21 +263,22 @@ if ARGV[11] == '1' then
       end
     end
     local hq = redis.call('HGET', hk, 'hq')
-    if cancelled == 0 and hq then
+    if cancelled == 0 and hq and redis.call('ZREM', ARGV[12] .. ':tq:' .. hq, d) == 1 then
       -- Held for its conversation's turn: it leaves the queue.
-      redis.call('ZREM', ARGV[12] .. ':tq:' .. hq, d)
-      redis.call('ZREM', ARGV[12] .. ':held', d)
-      if redis.call('EXISTS', ARGV[12] .. ':tq:' .. hq) == 0 then
-        redis.call('SREM', ARGV[12] .. ':waiting', hq)
+      if tonumber(redis.call('ZINCRBY', ARGV[12] .. ':waiting', -1, hq)) <= 0 then
+        redis.call('ZREM', ARGV[12] .. ':waiting', hq)
       end
       cancelled = 1
     end
     if cancelled == 1 then
-      local tc = redis.call('HGET', hk, 'tc')
-      if tc and redis.call('HGET', ARGV[12] .. ':tn:' .. tc, 'd') == d then
+      local conv = conv_of(redis.call('HGET', hk, 'cv'))
+      local tk = conv and (ARGV[12] .. ':tn:' .. conv)
+      local t = tk and turn_get(tk)
+      if t and t.d == d then
         -- It held its conversation's turn: the housekeeping ends the turn at once.
-        redis.call('HSET', ARGV[12] .. ':tn:' .. tc, 'x', 'cancelled')
-        redis.call('ZADD', ARGV[12] .. ':turns', 0, tc)
+        t.x = 'cancelled'
+        turn_put(tk, t)
+        redis.call('ZADD', ARGV[12] .. ':turns', 0, conv)
       end
       redis.call('DEL', hk)
       redis.call('ZREM', KEYS[7], d)
@@ -260,7 +304,7 @@ store(KEYS[3], unpack(extra))
 redis.call('ZADD', KEYS[7], ARGV[7], ARGV[2])
 return {1, ARGV[2], cancelled}
 "#
-);
+));
 
 /// KEYS: schedule zset, delivery hash, dead-letter stream, waiting index. ARGV: delivery id,
 /// mode (done | retry | dead), due ms (retry) or now ms (dead), last status, last error.
@@ -323,6 +367,12 @@ return 1
 /// read batch.
 pub const LOAD: &str = with_turn_helpers!(
     r#"
+local function field(list, name)
+  for j = 1, #list, 2 do
+    if list[j] == name then return list[j + 1] end
+  end
+  return nil
+end
 local out = {}
 local now = tonumber(ARGV[4])
 for i = 2, #KEYS do
@@ -330,12 +380,15 @@ for i = 2, #KEYS do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
   if #p == 0 or p[1][2] ~= ARGV[2] or tonumber(p[1][4]) ~= tonumber(token) then
     out[#out + 1] = 0
-  elseif ARGV[3] ~= '' and redis.call('EXISTS', KEYS[i]) == 1
-      and not begin_turn(ARGV[5], ARGV[1], entry, string.sub(KEYS[i], #ARGV[5] + 4), KEYS[i], now,
-        tonumber(ARGV[3])) then
-    out[#out + 1] = 1
   else
-    out[#out + 1] = redis.call('HGETALL', KEYS[i])
+    local fields = redis.call('HGETALL', KEYS[i])
+    local id = string.sub(KEYS[i], #ARGV[5] + 4)
+    if ARGV[3] ~= '' and #fields > 0
+        and not begin_turn(ARGV[5], ARGV[1], entry, id, KEYS[i], field(fields, 'cv'), now, tonumber(ARGV[3])) then
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = fields
+    end
   end
 end
 return out
@@ -348,7 +401,8 @@ return out
 /// delivered counter that `slackgate stats` reads), ARGV[11] final (1: the bot refused it
 /// with a 4xx, so another copy of its message may be delivered instead). The app's turns:
 /// ARGV[12] order (queue | latest, '' when it takes none), ARGV[13] end (reply | answer),
-/// ARGV[14] quiet ms, ARGV[15] pass-after ms, ARGV[16] timeout ms, ARGV[17] now ms.
+/// ARGV[14] quiet ms, ARGV[15] pass-after ms, ARGV[16] timeout ms, ARGV[17] now ms,
+/// ARGV[18] the delivery's conversation ('' when none).
 ///
 /// Returns 1, or {1, how, duration ms, released id, {superseded ids}} when it ended the turn
 /// its delivery held (`how`: answer | refused); 0 when fenced out.
@@ -358,22 +412,21 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 local mode = ARGV[5]
 local ended = nil
-if ARGV[12] ~= '' then
-  local tc = redis.call('HGET', KEYS[2], 'tc')
-  local tk = tc and (ARGV[10] .. ':tn:' .. tc)
-  if tc and redis.call('HGET', tk, 'd') == ARGV[6] then
+if ARGV[12] ~= '' and ARGV[18] ~= '' then
+  local tk = ARGV[10] .. ':tn:' .. ARGV[18]
+  local t = turn_get(tk)
+  if t and t.d == ARGV[6] then
     local now, timeout = tonumber(ARGV[17]), tonumber(ARGV[16])
     if mode == 'dead' or (mode == 'done' and ARGV[13] == 'answer') then
       local how = mode == 'dead' and 'refused' or 'answer'
-      local e = end_turn(ARGV[10], tc, now, ARGV[12], timeout)
+      local e = end_turn(ARGV[10], ARGV[18], t, now, ARGV[12], timeout)
       ended = {1, how, e[1], e[2], e[3]}
     elseif mode == 'done' then
       -- Answered: the turn goes on until the bot's replies end (or it passes).
-      redis.call('HSET', tk, 'ok', 1)
-      local lw = redis.call('HGET', tk, 'lw')
-      local due = lw and (tonumber(lw) + tonumber(ARGV[14])) or (now + tonumber(ARGV[15]))
-      local at = tonumber(redis.call('HGET', tk, 'at') or now)
-      redis.call('ZADD', ARGV[10] .. ':turns', math.min(due, at + timeout), tc)
+      t.ok = true
+      turn_put(tk, t)
+      local due = t.lw and (t.lw + tonumber(ARGV[14])) or (now + tonumber(ARGV[15]))
+      redis.call('ZADD', ARGV[10] .. ':turns', math.min(due, t.at + timeout), ARGV[18])
     end
   end
 end
@@ -458,8 +511,8 @@ end
 return #due
 "#;
 
-/// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index, deliveries held for
-/// a turn, conversations with deliveries held, deliveries superseded (a counter). ARGV: group.
+/// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index, conversations with
+/// deliveries held for a turn (by how many), deliveries superseded (a counter). ARGV: group.
 /// Returns {ready, in flight, scheduled, dead, received-at ms of the oldest waiting delivery
 /// or '', held, conversations waiting, superseded}. Completed entries are deleted from the
 /// stream, so what is on it is either ready or in flight.
@@ -471,8 +524,14 @@ if type(p) == 'table' and type(p[1]) == 'number' then pending = p[1] end
 local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local oldest = ''
 if #first > 0 then oldest = first[2] end
+local held, conversations = 0, 0
+local waiting = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
+for i = 2, #waiting, 2 do
+  held = held + tonumber(waiting[i])
+  conversations = conversations + 1
+end
 return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]), oldest,
-  redis.call('ZCARD', KEYS[5]), redis.call('SCARD', KEYS[6]), tonumber(redis.call('GET', KEYS[7]) or '0')}
+  held, conversations, tonumber(redis.call('GET', KEYS[6]) or '0')}
 "#;
 
 /// KEYS: dead-letter stream, outbox stream, delivery hash, waiting index. ARGV: delivery id,
@@ -610,40 +669,42 @@ pub const TURN_WRITE: &str = with_turn_helpers!(
 local tag, conv, id, ts, class = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local now, quiet, timeout, order = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
 local tk = tag .. ':tn:' .. conv
-local holder = redis.call('HGET', tk, 'd')
-local mine = holder == id
+local t = turn_get(tk)
+local mine = t and t.d == id
 if class == 'post' and ARGV[7] == '1' then
-  local waiting = redis.call('ZRANGE', tag .. ':tq:' .. conv, '(' .. ts, '+inf', 'BYSCORE', 'LIMIT', 0, 1)
-  local newer = #waiting > 0
-  if not newer and holder and not mine then
-    newer = tonumber(redis.call('HGET', tk, 'ts') or '0') > tonumber(ts)
+  local newer = false
+  if not t or t.q then
+    newer = #redis.call('ZRANGE', tag .. ':tq:' .. conv, '(' .. ts, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0
+  end
+  if not newer and t and not mine then
+    newer = (tonumber(t.ts) or 0) > tonumber(ts)
   end
   if newer then
     if mine then
-      local e = end_turn(tag, conv, now, order, timeout)
+      local e = end_turn(tag, conv, t, now, order, timeout)
       return {'withhold', 'superseded', e[1], e[2], e[3]}
     end
     return {'withhold', '', 0, '', {}}
   end
 end
 if mine then
-  redis.call('HINCRBY', tk, 'w', 1)
-  redis.call('HSET', tk, 'lw', now)
+  t.w = t.w + 1
+  t.lw = now
   if class == 'close' then
-    local e = end_turn(tag, conv, now, order, timeout)
+    local e = end_turn(tag, conv, t, now, order, timeout)
     return {'post', 'reply', e[1], e[2], e[3]}
   end
-  if redis.call('HGET', tk, 'ok') == '1' then
-    local at = tonumber(redis.call('HGET', tk, 'at') or now)
-    redis.call('ZADD', tag .. ':turns', math.min(now + quiet, at + timeout), conv)
+  turn_put(tk, t)
+  if t.ok then
+    redis.call('ZADD', tag .. ':turns', math.min(now + quiet, t.at + timeout), conv)
   end
 end
 return {'post', '', 0, '', {}}
 "#
 );
 
-/// KEYS: the shard's turn index, its set of conversations with deliveries held. ARGV: 1 key
-/// tag, 2 now ms, 3 order (queue | latest | off), 4 timeout ms, 5 most turns ended per call.
+/// KEYS: the shard's turn index, its conversations with deliveries held. ARGV: 1 key tag,
+/// 2 now ms, 3 order (queue | latest | off), 4 timeout ms, 5 most turns ended per call.
 ///
 /// Ends the turns that are due: timed out, passed (answered, nothing written within
 /// `pass_after`), replied (written, then quiet), or whose delivery was cancelled. With order
@@ -655,23 +716,23 @@ local tag, now, order, timeout, max = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonum
 local out = {}
 if order == 'off' then
   for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], 0, max - 1)) do
-    local e = end_turn(tag, conv, now, 'off', timeout)
+    local e = end_turn(tag, conv, turn_get(tag .. ':tn:' .. conv), now, 'off', timeout)
     out[#out + 1] = {'off', e[1], e[2], e[3]}
   end
-  for _, conv in ipairs(redis.call('SRANDMEMBER', KEYS[2], max)) do
+  for _, conv in ipairs(redis.call('ZRANGE', KEYS[2], 0, max - 1)) do
     while release(tag, conv, now, 'off', timeout) ~= '' do end
   end
   return out
 end
 for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, max)) do
-  local t = redis.call('HMGET', tag .. ':tn:' .. conv, 'at', 'ok', 'w', 'x')
+  local t = turn_get(tag .. ':tn:' .. conv)
   local how = 'timeout'
-  if t[4] == 'cancelled' then
+  if t and t.x == 'cancelled' then
     how = 'cancelled'
-  elseif t[1] and now < tonumber(t[1]) + timeout and t[2] == '1' then
-    how = (tonumber(t[3] or '0') > 0) and 'reply' or 'passed'
+  elseif t and now < t.at + timeout and t.ok then
+    how = (t.w > 0) and 'reply' or 'passed'
   end
-  local e = end_turn(tag, conv, now, order, timeout)
+  local e = end_turn(tag, conv, t, now, order, timeout)
   out[#out + 1] = {how, e[1], e[2], e[3]}
 end
 return out

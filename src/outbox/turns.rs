@@ -15,11 +15,16 @@
 //! rest superseded) and puts that one on the stream. A turn is a deadline in the shard's turn
 //! index, never a lock: a gateway that dies mid-turn holds nothing past it.
 //!
-//! Keys, under the shard's tag: `…:tn:<conversation>` the turn (`d` holder, `ts` its message,
-//! `at` begun, `ok` answered, `w` writes, `lw` last write, `x` cancelled) · `…:tq:<conversation>`
-//! its held deliveries by message ts · `…:turns` turn deadlines · `…:held` every held delivery ·
-//! `…:waiting` conversations with deliveries held · `…:superseded` (a capped stream) and
-//! `…:superseded:n` (a counter) of the deliveries `latest` passed over.
+//! Keys, under the shard's tag: `…:tn:<conversation>` the turn (its holder, its message's ts,
+//! when it began, answered, writes, the last write, waiters, cancelled; see the scripts' codec),
+//! living for its timeout and a minute · `…:tq:<conversation>` its held deliveries by message
+//! ts · `…:turns` the deadlines of the turns something waits for (held deliveries, the bot's
+//! replies, a cancellation) · `…:waiting` conversations with deliveries held, by how many ·
+//! `…:superseded` (a capped stream) and `…:superseded:n` (a counter) of the deliveries
+//! `latest` passed over.
+//!
+//! A turn nothing waits for costs four commands: its key read and written when its delivery is
+//! leased, read and deleted when the bot's answer ends it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -246,13 +251,9 @@ impl ShardKeys {
         format!("{}:turns", self.tag)
     }
 
-    /// The conversations with deliveries held.
+    /// The conversations with deliveries held, by how many.
     pub fn turns_waiting(&self) -> String {
         format!("{}:waiting", self.tag)
-    }
-
-    pub fn held(&self) -> String {
-        format!("{}:held", self.tag)
     }
 
     pub fn superseded(&self) -> String {
