@@ -27,4 +27,5 @@ mod redis_locked;
 mod sentinel;
 mod sim;
 mod store_outage;
+mod turn_rules;
 mod unsigned;
