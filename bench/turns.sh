@@ -10,12 +10,14 @@
 # The bodies are signed here (v0 HMAC over the fresh timestamp) and sent by ../shared/loadgen
 # over kept-alive connections, one request in flight on each:
 #   closed: ACK_EVENTS events, 64 connections back to back (closed loop, 64 in flight), bot =
-#           nginx `return 200` so deliveries flow while it acks; then how long until every one
-#           of them reached the bot (the outbox empty, held ones included);
+#           nginx `return 200` so deliveries flow while it acks; then when the last of them
+#           reached the bot (the outbox empty, held ones included), from the first send;
 #   open:   OPEN_RATE events/s (default 1000) for 5 s over 32 connections, ack p99 measured
 #           from each request's due time;
-#   drain:  DRAIN_EVENTS events acked with the bot down, then `sim receive` comes up and the
-#           time until the outbox is empty (the bot's count of deliveries and duplicates too).
+#   drain:  DRAIN_EVENTS events acked with the bot down (closed loop too: acks with no
+#           delivery succeeding, the workers only failing or holding them), then `sim receive`
+#           comes up and the time until the outbox is empty (the bot's count of deliveries
+#           and duplicates too).
 # Each round runs off and queue (off first in odd rounds, queue first in even ones), each phase
 # on a fresh gateway (new key prefix) and a flushed Redis. Prints every round, then the medians
 # and the ratios queue/off. Loopback only; every wait is bounded.
@@ -82,7 +84,7 @@ until_empty() {
 
 app_lines() { [ "$1" = queue ] && echo "$TURNS" || true; }
 
-# acks MODE ROUND → "closed_ok_per_s delivered_after_s open_p99_ms open_ok_per_s"
+# acks MODE ROUND → "closed_ok_per_s all_delivered_at_s open_p99_ms open_ok_per_s"
 acks() {
   local mode=$1 name="ack$1$2" listen admin closed after open
   listen=$(port); admin=$(port)
@@ -91,6 +93,7 @@ acks() {
   closed=$(send "$listen" "$WORK/closed.tsv" 1000000 "$(awk -v n="$ACK_N" 'BEGIN { printf "%.6f", n / 1e6 }')" 64 |
     json "d['ok'] * d['achieved_rps'] / max(d['sent'], 1)")
   after=$(until_empty "$name" 120)
+  after=$(awk -v n="$ACK_N" -v c="$closed" -v a="$after" 'BEGIN { printf "%.2f", n / c + a }')
   bodies "$WORK/open.tsv" $((ACK_N + 64)) $((RATE * OPEN_SECS + 64)) "${name}o"
   open=$(send "$listen" "$WORK/open.tsv" "$RATE" "$OPEN_SECS" 32 | json "d['p99_ms'], d['ok'] / $OPEN_SECS")
   kill -INT "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
@@ -98,21 +101,22 @@ acks() {
   echo "$closed $after $open"
 }
 
-# drain MODE ROUND → "acked seconds per_s received duplicated"
+# drain MODE ROUND → "acked acked_per_s seconds per_s received duplicated"
 drain() {
   local mode=$1 name="drain$1$2" listen admin bot acked secs recv
   listen=$(port); admin=$(port); bot=$(port)
   bench_gateway "$GW" "$name" "$listen" "$admin" "$REDIS_PORT" "$bot" \
     '{ max_in_flight = 64, retry_initial = "100ms", retry_max = "1s" }' "$(app_lines "$mode")"
   bodies "$WORK/drain.tsv" 0 $((DRAIN_N + 64)) "$name"
-  acked=$(send "$listen" "$WORK/drain.tsv" 1000000 "$(awk -v n="$DRAIN_N" 'BEGIN { printf "%.6f", n / 1e6 }')" 64 | json "d['ok']")
+  acked=$(send "$listen" "$WORK/drain.tsv" 1000000 "$(awk -v n="$DRAIN_N" 'BEGIN { printf "%.6f", n / 1e6 }')" 64 |
+    json "d['ok'], round(d['ok'] * d['achieved_rps'] / max(d['sent'], 1))")
   "$GW" sim receive --listen "127.0.0.1:$bot" --idle 3 --duration 300 --json >"$WORK/$name.recv" 2>/dev/null &
   recv=$!
   secs=$(until_empty "$name" 300)
   kill -INT "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
   wait "$recv" 2>/dev/null || true
   redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
-  echo "$acked $secs $(awk -v n="$acked" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')" \
+  echo "$acked $secs $(awk -v n="${acked%% *}" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')" \
     "$(json "d['received'], d['duplicated']" <"$WORK/$name.recv")"
 }
 
@@ -127,16 +131,16 @@ for r in $(seq "$ROUNDS"); do
   for m in "${modes[@]}"; do dr[$m]=$(drain "$m" "$r"); done
   for m in off queue; do
     read -r c a p o <<<"${ack[$m]}"
-    read -r n s d rc du <<<"${dr[$m]}"
-    printf 'round %d %-5s closed %6.0f/s, all delivered %5.2fs later | open p99 %7.3f ms %5.0f ok/s | drain %6d in %6.2fs: %5d/s (bot got %d, %d duplicated)\n' \
-      "$r" "$m" "$c" "$a" "$p" "$o" "$n" "$s" "$d" "$rc" "$du"
-    echo "$r $m $c $a $p $o $n $s $d $rc $du" >>"$WORK/rows"
+    read -r n na s d rc du <<<"${dr[$m]}"
+    printf 'round %d %-5s closed %6.0f/s, all at the bot at %5.2fs | open p99 %7.3f ms %5.0f ok/s | bot down %6.0f/s | drain %6d in %6.2fs: %5d/s (bot got %d, %d dup)\n' \
+      "$r" "$m" "$c" "$a" "$p" "$o" "$na" "$n" "$s" "$d" "$rc" "$du"
+    echo "$r $m $c $a $p $o $n $na $s $d $rc $du" >>"$WORK/rows"
   done
 done
 python3 - "$WORK/rows" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-col = {"closed": 2, "after": 3, "p99": 4, "drain": 8}
+col = {"closed": 2, "at": 3, "p99": 4, "down": 7, "drain": 9}
 by = {m: {k: [float(r[i]) for r in rows if r[1] == m] for k, i in col.items()} for m in ("off", "queue")}
 med = {m: {k: statistics.median(v) for k, v in d.items()} for m, d in by.items()}
 rounds = sorted({r[0] for r in rows})
@@ -144,8 +148,10 @@ pair = lambda k: [float(next(r for r in rows if r[0] == n and r[1] == "queue")[c
                   / max(float(next(r for r in rows if r[0] == n and r[1] == "off")[col[k]]), 1e-9) for n in rounds]
 for m in ("off", "queue"):
     d = med[m]
-    print(f"median {m:5}: closed-loop acked/s {d['closed']:.0f}, all delivered {d['after']:.2f}s later, "
-          f"open-loop p99 {d['p99']:.3f} ms, drain {d['drain']:.0f}/s")
-print(f"median of the rounds' ratios queue/off: closed-loop acked/s {statistics.median(pair('closed')):.3f}, "
-      f"open-loop p99 {statistics.median(pair('p99')):.2f}, drain deliveries/s {statistics.median(pair('drain')):.3f}")
+    print(f"median {m:5}: closed-loop acked/s {d['closed']:.0f}, all at the bot at {d['at']:.2f}s, "
+          f"open-loop p99 {d['p99']:.3f} ms, acked/s with the bot down {d['down']:.0f}, drain {d['drain']:.0f}/s")
+med_ratio = lambda k: statistics.median(pair(k))
+print(f"median of the rounds' ratios queue/off: closed-loop acked/s {med_ratio('closed'):.3f}, "
+      f"all at the bot {med_ratio('at'):.2f}, open-loop p99 {med_ratio('p99'):.2f}, "
+      f"acked/s with the bot down {med_ratio('down'):.3f}, drain deliveries/s {med_ratio('drain'):.3f}")
 PY
