@@ -11,7 +11,8 @@
 # over kept-alive connections, one request in flight on each:
 #   closed: ACK_EVENTS events, 64 connections back to back (closed loop, 64 in flight), bot =
 #           nginx `return 200` so deliveries flow while it acks; then when the last of them
-#           reached the bot (the outbox empty, held ones included), from the first send;
+#           reached the bot (the outbox empty, held ones included), from the first send, and
+#           Redis' own time (INFO commandstats) and commands per event over it all;
 #   open:   OPEN_RATE events/s (default 1000) for 5 s over 32 connections, ack p99 measured
 #           from each request's due time;
 #   drain:  DRAIN_EVENTS events acked with the bot down (closed loop too: acks with no
@@ -84,16 +85,24 @@ until_empty() {
 
 app_lines() { [ "$1" = queue ] && echo "$TURNS" || true; }
 
-# acks MODE ROUND → "closed_ok_per_s all_delivered_at_s open_p99_ms open_ok_per_s"
+# redis_cost N → "µs_per_event commands_per_event" since the last CONFIG RESETSTAT.
+redis_cost() {
+  redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
+    awk -F'[:,=]' -v n="$1" '/^cmdstat_/ { c += $3; u += $5 } END { printf "%.1f %.1f", u / n, c / n }'
+}
+
+# acks MODE ROUND → "closed_ok_per_s all_delivered_at_s redis_us_per_event redis_cmds_per_event
+# open_p99_ms open_ok_per_s"
 acks() {
   local mode=$1 name="ack$1$2" listen admin closed after open
   listen=$(port); admin=$(port)
   bench_gateway "$GW" "$name" "$listen" "$admin" "$REDIS_PORT" "$NGINX_PORT" "{ max_in_flight = 64 }" "$(app_lines "$mode")"
   bodies "$WORK/closed.tsv" 0 $((ACK_N + 64)) "${name}c"
+  redis-cli -p "$REDIS_PORT" CONFIG RESETSTAT >/dev/null
   closed=$(send "$listen" "$WORK/closed.tsv" 1000000 "$(awk -v n="$ACK_N" 'BEGIN { printf "%.6f", n / 1e6 }')" 64 |
     json "d['ok'] * d['achieved_rps'] / max(d['sent'], 1)")
   after=$(until_empty "$name" 120)
-  after=$(awk -v n="$ACK_N" -v c="$closed" -v a="$after" 'BEGIN { printf "%.2f", n / c + a }')
+  after="$(awk -v n="$ACK_N" -v c="$closed" -v a="$after" 'BEGIN { printf "%.2f", n / c + a }') $(redis_cost "$ACK_N")"
   bodies "$WORK/open.tsv" $((ACK_N + 64)) $((RATE * OPEN_SECS + 64)) "${name}o"
   open=$(send "$listen" "$WORK/open.tsv" "$RATE" "$OPEN_SECS" 32 | json "d['p99_ms'], d['ok'] / $OPEN_SECS")
   kill -INT "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
@@ -130,17 +139,17 @@ for r in $(seq "$ROUNDS"); do
   for m in "${modes[@]}"; do ack[$m]=$(acks "$m" "$r"); done
   for m in "${modes[@]}"; do dr[$m]=$(drain "$m" "$r"); done
   for m in off queue; do
-    read -r c a p o <<<"${ack[$m]}"
-    read -r n na s d rc du <<<"${dr[$m]}"
-    printf 'round %d %-5s closed %6.0f/s, all at the bot at %5.2fs | open p99 %7.3f ms %5.0f ok/s | bot down %6.0f/s | drain %6d in %6.2fs: %5d/s (bot got %d, %d dup)\n' \
-      "$r" "$m" "$c" "$a" "$p" "$o" "$na" "$n" "$s" "$d" "$rc" "$du"
-    echo "$r $m $c $a $p $o $n $na $s $d $rc $du" >>"$WORK/rows"
+    read -r c a ru rc p o <<<"${ack[$m]}"
+    read -r n na s d got du <<<"${dr[$m]}"
+    printf 'round %d %-5s closed %6.0f/s, all at the bot at %5.2fs, Redis %5.1f µs %4.1f cmds/event | open p99 %7.3f ms %5.0f ok/s | bot down %6.0f/s | drain %6d in %6.2fs: %5d/s (bot got %d, %d dup)\n' \
+      "$r" "$m" "$c" "$a" "$ru" "$rc" "$p" "$o" "$na" "$n" "$s" "$d" "$got" "$du"
+    echo "$r $m $c $a $p $o $n $na $s $d $got $du $ru $rc" >>"$WORK/rows"
   done
 done
 python3 - "$WORK/rows" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-col = {"closed": 2, "at": 3, "p99": 4, "down": 7, "drain": 9}
+col = {"closed": 2, "at": 3, "p99": 4, "down": 7, "drain": 9, "redis_us": 12, "redis_cmds": 13}
 by = {m: {k: [float(r[i]) for r in rows if r[1] == m] for k, i in col.items()} for m in ("off", "queue")}
 med = {m: {k: statistics.median(v) for k, v in d.items()} for m, d in by.items()}
 rounds = sorted({r[0] for r in rows})
@@ -149,6 +158,7 @@ pair = lambda k: [float(next(r for r in rows if r[0] == n and r[1] == "queue")[c
 for m in ("off", "queue"):
     d = med[m]
     print(f"median {m:5}: closed-loop acked/s {d['closed']:.0f}, all at the bot at {d['at']:.2f}s, "
+          f"Redis {d['redis_us']:.1f} µs and {d['redis_cmds']:.1f} commands per event, "
           f"open-loop p99 {d['p99']:.3f} ms, acked/s with the bot down {d['down']:.0f}, drain {d['drain']:.0f}/s")
 med_ratio = lambda k: statistics.median(pair(k))
 print(f"median of the rounds' ratios queue/off: closed-loop acked/s {med_ratio('closed'):.3f}, "
