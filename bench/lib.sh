@@ -24,11 +24,12 @@ NGINX
   nginx -c "$1/nginx.conf" &
 }
 
-# bench_gateway BINARY NAME LISTEN ADMIN REDIS_PORT UPSTREAM_PORT DELIVERY: a gateway of one app
-# ("bench", secret $BENCH_SECRET, key prefix NAME) in the background, its files under $WORK;
-# sets GW_PID and returns once its /readyz answers.
+# bench_gateway BINARY NAME LISTEN ADMIN REDIS_PORT UPSTREAM_PORT DELIVERY [APP_LINES]: a gateway
+# of one app ("bench", secret $BENCH_SECRET, key prefix NAME) in the background, its files under
+# $WORK, APP_LINES (e.g. `turns = { order = "queue" }`) added to its [[app]]; sets GW_PID and
+# returns once its /readyz answers.
 bench_gateway() {
-  local gw=$1 name=$2 listen=$3 admin=$4 redis=$5 upstream=$6 delivery=$7
+  local gw=$1 name=$2 listen=$3 admin=$4 redis=$5 upstream=$6 delivery=$7 app_lines=${8:-}
   cat >"$WORK/$name.toml" <<TOML
 [server]
 listen = "127.0.0.1:$listen"
@@ -41,10 +42,31 @@ name = "bench"
 signing_secret = "\${BENCH_SECRET}"
 upstream = "http://127.0.0.1:$upstream"
 delivery = $delivery
+$app_lines
 TOML
   RUST_LOG=warn "$gw" run --config "$WORK/$name.toml" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
   GW_PID=$!
   for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && return; sleep 0.1; done
   echo "gateway $name not ready" >&2
   return 1
+}
+
+# loadgen_bin: the path of ../shared/loadgen's binary (open loop at a fixed rate over kept-alive
+# connections, one request in flight on each, pre-signed requests from a TSV file; see its
+# README), built under target/ on first use. It is built from a copy whose hdrhistogram has no
+# default features, with this repository's Cargo.lock, so that it builds offline from the crates
+# the gateway already uses (else online). LOADGEN_SRC overrides where its source is.
+loadgen_bin() {
+  local src=${LOADGEN_SRC:-../shared/loadgen} copy=target/loadgen-src bin=target/loadgen/release/loadgen
+  if [ ! -x "$bin" ] || [ "$src/src/main.rs" -nt "$bin" ]; then
+    [ -f "$src/src/main.rs" ] || { echo "no loadgen source at $src (set LOADGEN_SRC)" >&2; return 1; }
+    rm -rf "$copy" && mkdir -p "$copy" && cp -r "$src/src" "$copy/"
+    sed 's/^hdrhistogram = "7"$/hdrhistogram = { version = "7", default-features = false }/' \
+      "$src/Cargo.toml" >"$copy/Cargo.toml"
+    printf '\n[workspace]\n' >>"$copy/Cargo.toml"
+    cp Cargo.lock "$copy/"
+    cargo build --release --offline --quiet --manifest-path "$copy/Cargo.toml" --target-dir target/loadgen >&2 ||
+      cargo build --release --quiet --manifest-path "$copy/Cargo.toml" --target-dir target/loadgen >&2
+  fi
+  realpath "$bin"
 }
