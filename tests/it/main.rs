@@ -27,4 +27,5 @@ mod redis_locked;
 mod sentinel;
 mod sim;
 mod store_outage;
+mod turns;
 mod unsigned;
