@@ -111,7 +111,7 @@ fn access(path: &str) -> Option<Access> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
         ["dlq", _, "replay" | "purge"] | ["dlq", _, _, "replay" | "purge"] => Some(Access::Write),
-        ["stats"] | ["egress"] | ["dlq"] | ["dlq", _, _] => Some(Access::Read),
+        ["stats"] | ["egress"] | ["superseded"] | ["dlq"] | ["dlq", _, _] => Some(Access::Read),
         _ => None,
     }
 }
@@ -231,6 +231,10 @@ impl Admin {
             ["dlq"] => {
                 let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                 json(ops.list(param("app").as_deref(), limit).await?)
+            }
+            ["superseded"] => {
+                let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(100).min(1000);
+                json(ops.superseded(param("app").as_deref(), limit).await?)
             }
             ["dlq", app, "replay"] => {
                 let n = ops.replay_all(Some(app), |_, _| {}).await?;

@@ -49,6 +49,7 @@ pub struct Metrics {
     /// Slack-facing connections open now.
     pub connections_open: IntGauge,
     pub egress: Egress,
+    pub turns: Turns,
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
     pub connections_closed: IntCounterVec,
     pub overload: Overload,
@@ -73,6 +74,37 @@ pub struct FixedLabels {
     pub shed_reasons: Vec<&'static str>,
     /// `(class, outcome)` of egress calls.
     pub egress: Vec<(&'static str, &'static str)>,
+    /// How a turn may end.
+    pub turn_ends: Vec<&'static str>,
+}
+
+/// Turns: one delivery of a conversation with the bot at a time (`turns`).
+pub struct Turns {
+    /// Conversations with deliveries held, and the deliveries held (refreshed on a timer).
+    pub conversations_waiting: IntGaugeVec,
+    pub held: IntGaugeVec,
+    pub duration_seconds: HistogramVec,
+    /// Turns by how they ended (reply, answer, refused, passed, timeout, superseded, …).
+    pub ended: IntCounterVec,
+    /// Deliveries `order = "latest"` passed over.
+    pub superseded: IntCounterVec,
+}
+
+impl Turns {
+    fn new(r: &Registry, buckets: &[f64]) -> Turns {
+        Turns {
+            conversations_waiting: gauge(r, "turn_conversations_waiting", "Conversations with deliveries held"),
+            held: gauge(r, "turn_held", "Deliveries held, waiting for their conversation's turn"),
+            duration_seconds: histogram(r, "turn_duration_seconds", "How long turns lasted", buckets),
+            ended: counter(r, "turns_total", "Turns by how they ended", &["app", "ended"]),
+            superseded: counter(
+                r,
+                "turn_superseded_total",
+                "Deliveries passed over by order = \"latest\" for a newer message",
+                &["app"],
+            ),
+        }
+    }
 }
 
 /// Admission and yielding (DESIGN "Overload").
@@ -221,6 +253,7 @@ impl Metrics {
             ),
             overload: Overload::new(&r),
             egress: Egress::new(&r, &slow),
+            turns: Turns::new(&r, &slow),
             registry: r,
         }
     }
@@ -237,12 +270,18 @@ impl Metrics {
 
     /// The histogram families (queried as `_bucket`, `_sum` and `_count`), with the prefix.
     pub fn histogram_names(&self) -> Vec<String> {
-        let vecs = [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds, &self.egress.slack_seconds];
+        let vecs = [
+            &self.ack_seconds,
+            &self.attempt_seconds,
+            &self.delivered_lag_seconds,
+            &self.egress.slack_seconds,
+            &self.turns.duration_seconds,
+        ];
         let descs = vecs.iter().flat_map(|h| h.desc()).chain(self.egress.pacing_seconds.desc());
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 33] {
+    fn collectors(&self) -> [&dyn Collector; 38] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -277,6 +316,11 @@ impl Metrics {
             &self.egress.pacing_seconds,
             &self.egress.slack_seconds,
             &self.egress.store_skipped,
+            &self.turns.conversations_waiting,
+            &self.turns.held,
+            &self.turns.duration_seconds,
+            &self.turns.ended,
+            &self.turns.superseded,
         ]
     }
 
@@ -317,7 +361,13 @@ impl Metrics {
         self.cancelled.with_label_values(&[app]);
         self.overload.admitted.with_label_values(&[app]);
         self.overload.delivery_allowed.with_label_values(&[app]);
-        for h in [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds] {
+        for ended in &labels.turn_ends {
+            self.turns.ended.with_label_values(&[app, ended]);
+        }
+        self.turns.superseded.with_label_values(&[app]);
+        self.turns.conversations_waiting.with_label_values(&[app]);
+        self.turns.held.with_label_values(&[app]);
+        for h in [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds, &self.turns.duration_seconds] {
             h.with_label_values(&[app]);
         }
         for g in [&self.outbox_ready, &self.outbox_in_flight, &self.outbox_scheduled, &self.outbox_dead] {

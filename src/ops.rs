@@ -54,6 +54,13 @@ pub struct NotesQuery {
 }
 
 #[derive(Debug, Serialize)]
+pub struct AppSuperseded {
+    pub app: String,
+    #[serde(flatten)]
+    pub entry: crate::outbox::Superseded,
+}
+
+#[derive(Debug, Serialize)]
 pub struct AppDeadLetter {
     pub app: String,
     #[serde(flatten)]
@@ -156,6 +163,22 @@ impl Ops {
             let stats = outbox::app_stats(&self.store, &self.shards(a).await?, now_ms()).await?;
             out.push(AppStats { app: a.name.clone(), stats });
         }
+        Ok(out)
+    }
+
+    /// The newest `limit` deliveries `order = "latest"` passed over, of each app (of one,
+    /// with `app`), newest first.
+    pub async fn superseded(&self, app: Option<&str>, limit: usize) -> Result<Vec<AppSuperseded>, OpsError> {
+        let mut out = Vec::new();
+        for a in self.apps(app)? {
+            for keys in self.shards(a).await? {
+                for entry in self.store.superseded(&keys, limit).await? {
+                    out.push(AppSuperseded { app: a.name.clone(), entry });
+                }
+            }
+        }
+        out.sort_by_key(|s| std::cmp::Reverse(s.entry.at_ms));
+        out.truncate(limit);
         Ok(out)
     }
 

@@ -179,6 +179,7 @@ proptest! {
             ts,
             edit_ts,
             thread_ts: None,
+            direct: flags.0 && flags.1,
             subtype,
             user,
             bot_id,

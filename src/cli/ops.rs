@@ -102,20 +102,22 @@ pub fn stats(t: &Target) -> anyhow::Result<()> {
             return print_json(&stats);
         }
         println!(
-            "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14}",
-            "app", "ready", "in_flight", "scheduled", "dead", "oldest", "delivered/min"
+            "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14} {:>6} {:>10}",
+            "app", "ready", "in_flight", "scheduled", "dead", "oldest", "delivered/min", "held", "superseded"
         );
         for s in stats {
             let st = &s.stats;
             println!(
-                "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14}",
+                "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14} {:>6} {:>10}",
                 s.app,
                 st.ready,
                 st.in_flight,
                 st.scheduled,
                 st.dead,
                 age(st.oldest_age_ms),
-                st.delivered_last_minute
+                st.delivered_last_minute,
+                st.held,
+                st.superseded
             );
         }
         if ops.egress_enabled() {

@@ -162,6 +162,7 @@ fn fixed_labels() -> FixedLabels {
             .iter()
             .flat_map(|c| crate::egress::Outcome::ALL.map(|o| (*c, o.as_label())))
             .collect(),
+        turn_ends: crate::outbox::TurnEnd::ALL.map(crate::outbox::TurnEnd::as_label).to_vec(),
     }
 }
 

@@ -13,7 +13,7 @@ const MIN_RECEIPT_TTL: Duration = Duration::from_secs(600);
 
 impl Validator<'_> {
     /// One app; `prefix` is `app[i].` in the main file and empty in an included file.
-    pub(crate) fn app(&self, prefix: &str, a: &AppSection) -> Result<AppConfig, ConfigError> {
+    pub(crate) fn app(&self, prefix: &str, a: &AppSection, egress_on: bool) -> Result<AppConfig, ConfigError> {
         let key = |k: &str| format!("{prefix}{k}");
         let name = a.name.clone().ok_or_else(|| self.err(&key("name"), "is required"))?;
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
@@ -48,6 +48,7 @@ impl Validator<'_> {
         let rules = self.rules(prefix, a)?;
         let inline_command = self.inline(&key("inline.command"), &a.inline.command, &delivery)?;
         let inline_interactivity = self.inline(&key("inline.interactivity"), &a.inline.interactivity, &delivery)?;
+        let turns = self.turns(prefix, &a.turns, egress_on)?;
         Ok(AppConfig {
             name,
             source: self.file.clone(),
@@ -65,6 +66,7 @@ impl Validator<'_> {
             inline_command,
             inline_interactivity,
             delivery,
+            turns,
         })
     }
 

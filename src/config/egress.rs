@@ -24,6 +24,10 @@ pub const DEFAULT_WRITE_METHODS: &[&str] = &[
     "files.completeUploadExternal",
     "pins.add",
     "pins.remove",
+    "chat.startStream",
+    "chat.appendStream",
+    "chat.stopStream",
+    "assistant.threads.setStatus",
 ];
 
 #[derive(Debug, Clone, PartialEq)]

@@ -103,6 +103,8 @@ pub struct AppSection {
     pub inline: InlineSection,
     #[serde(default)]
     pub delivery: DeliverySection,
+    #[serde(default)]
+    pub turns: super::turns::TurnsSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

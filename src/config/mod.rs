@@ -11,12 +11,14 @@ mod file;
 mod include;
 mod redis;
 mod server;
+mod turns;
 mod values;
 
 pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
 pub use egress::{EgressConfig, DEFAULT_WRITE_METHODS};
 pub use server::SLACK_HOOKS_HOST;
+pub use turns::{End, Order, TurnsConfig};
 pub use values::{interpolate, redact_url, Upstream};
 
 use std::collections::HashMap;
@@ -265,6 +267,8 @@ pub struct AppConfig {
     /// Answer interactive payloads inline within this budget (`None`: in the background only).
     pub inline_interactivity: Option<Duration>,
     pub delivery: DeliveryConfig,
+    /// One turn of a conversation at a time (`turns`).
+    pub turns: TurnsConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -309,20 +313,21 @@ impl Config {
         let raw: FileConfig = toml::from_str(text).map_err(|e| v.err("(toml)", e.to_string()))?;
         let server = v.server(&raw, ov)?;
         let redis = v.redis(&raw, ov, server.ack_budget)?;
+        let egress = v.egress(&raw, ov.egress_listen.as_deref())?;
+        let egress_on = egress.listen.is_some();
         let mut apps = Vec::new();
         for (i, a) in raw.apps.iter().enumerate() {
-            apps.push(Arc::new(v.app(&format!("app[{i}]."), a)?));
+            apps.push(Arc::new(v.app(&format!("app[{i}]."), a, egress_on)?));
         }
         for (i, pattern) in raw.include.iter().enumerate() {
             let files = include::glob(v.base, pattern).map_err(|m| v.err(&format!("include[{i}]"), m))?;
             for file in files {
-                apps.push(Arc::new(include::app_file(&file, ov.secrets_optional)?));
+                apps.push(Arc::new(include::app_file(&file, ov.secrets_optional, egress_on)?));
             }
         }
         if apps.is_empty() {
             return Err(v.err("app", "at least one [[app]] section (or an included app file) is required"));
         }
-        let egress = v.egress(&raw, ov.egress_listen.as_deref())?;
         let config = Config { source: path.to_path_buf(), server, redis, egress, apps };
         config.check_routes()?;
         Ok(config)

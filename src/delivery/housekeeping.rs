@@ -23,6 +23,8 @@ const TRIM_BATCH: usize = 1000;
 const CONSUMERS_EVERY: Duration = Duration::from_secs(60);
 const CONSUMER_IDLE: Duration = Duration::from_secs(600);
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
+/// At most this many due turns are ended per call.
+const TURNS_BATCH: usize = 200;
 
 /// Promote due retries often; bound the dead letters every second; forget consumers of gone
 /// processes every minute. (Expired leases are re-claimed by the reader, which holds the
@@ -38,6 +40,11 @@ pub(super) async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>
         promote_due(&s).await;
         if s.shared.drain.draining() {
             continue;
+        }
+        if s.turns.is_some() || last_trim.elapsed() >= TRIM_EVERY {
+            // Turns that are due end; an app without turns releases what an earlier `order`
+            // held (checked less often: usually there is nothing).
+            end_due_turns(&s).await;
         }
         if last_trim.elapsed() >= TRIM_EVERY {
             last_trim = tokio::time::Instant::now();
@@ -64,6 +71,27 @@ async fn promote_due(s: &Shard) {
             Err(e) => {
                 s.store_error(StoreOp::Promote);
                 break debug!(app = %s.app.name, error = %e, "promote failed");
+            }
+        }
+    }
+}
+
+/// End the shard's turns that are due, handing each to its conversation's next delivery; a
+/// full batch means more are due.
+async fn end_due_turns(s: &Shard) {
+    loop {
+        match s.store.turns_due(&s.keys, s.turns.as_ref(), now_ms(), TURNS_BATCH).await {
+            Ok(ended) => {
+                for e in &ended {
+                    s.turn_ended(e);
+                }
+                if ended.len() < TURNS_BATCH || s.shared.drain.draining() {
+                    return;
+                }
+            }
+            Err(e) => {
+                s.store_error(StoreOp::Turns);
+                return debug!(app = %s.app.name, error = %e, "cannot end due turns");
             }
         }
     }
@@ -114,6 +142,8 @@ impl Gauges {
                     m.outbox_scheduled.with_label_values(&[app]).set(st.scheduled as i64);
                     m.outbox_dead.with_label_values(&[app]).set(st.dead as i64);
                     m.outbox_oldest_age_seconds.with_label_values(&[app]).set(st.oldest_age_ms as f64 / 1000.0);
+                    m.turns.held.with_label_values(&[app]).set(st.held as i64);
+                    m.turns.conversations_waiting.with_label_values(&[app]).set(st.conversations_waiting as i64);
                 }
                 Err(e) => {
                     shared.metrics.store_errors.with_label_values(&[app, StoreOp::Stats.as_label()]).inc();

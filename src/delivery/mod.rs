@@ -17,12 +17,12 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::{AppConfig, Config};
 use crate::live::Live;
 use crate::outbox::Endpoint;
-use crate::outbox::{self, Conversations, ShardKeys, Store, StoreOp};
+use crate::outbox::{self, Conversations, ShardKeys, Store, StoreOp, TurnEnded, TurnRules};
 use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
 
@@ -51,12 +51,32 @@ struct Shard {
     /// With the egress on: the conversation records, where each attempt says which message
     /// it carries (the egress reads them to attribute replies).
     conversations: Option<Conversations>,
+    /// The app's turns (`None`: it takes none).
+    turns: Option<TurnRules>,
 }
 
 impl Shard {
     /// Count a Redis error of `op`.
     fn store_error(&self, op: StoreOp) {
         self.shared.metrics.store_errors.with_label_values(&[&self.app.name, op.as_label()]).inc();
+    }
+
+    /// Count and audit a turn that ended (and the deliveries it superseded).
+    fn turn_ended(&self, ended: &TurnEnded) {
+        turn_ended(&self.shared.metrics, &self.app.name, ended);
+    }
+}
+
+/// Count and audit a turn of `app` that ended: the delivery workers' and the egress's alike.
+pub fn turn_ended(metrics: &crate::metrics::Metrics, app: &str, ended: &TurnEnded) {
+    let m = &metrics.turns;
+    m.ended.with_label_values(&[app, ended.how.as_label()]).inc();
+    m.duration_seconds.with_label_values(&[app]).observe(ended.lasted.as_secs_f64());
+    m.superseded.with_label_values(&[app]).inc_by(ended.superseded.len() as u64);
+    let next = ended.next.as_deref().unwrap_or("");
+    info!(target: "slackgate::audit", app, ended = ended.how.as_label(), secs = ended.lasted.as_secs_f64(), next, "turn ended");
+    for d in &ended.superseded {
+        info!(target: "slackgate::audit", app, delivery = %d, by = next, "turn superseded");
     }
 }
 
@@ -99,6 +119,7 @@ impl DeliveryService {
                     shards: *in_use,
                     response_url_hosts: response_url_hosts.clone(),
                     conversations: conversations.clone(),
+                    turns: TurnRules::of(&app.turns),
                 });
                 tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), stop.clone()));
                 tasks.spawn(housekeeping::maintain_loop(s, stop.clone()));
@@ -149,6 +170,12 @@ impl BackgroundService for DeliveryService {
 /// finds them registered (they are drained, never written). Redis down at start: the
 /// configured count (the register is read again at the next reload).
 async fn shards_in_use(config: &Config, store: &Store) -> Vec<u16> {
+    // Before the apps' shards are registered: a register with none is a deployment that no
+    // version before turns ever wrote to (its receipts are all where this version looks).
+    let since = store.sharded_by_conversation(&config.redis.key_prefix, crate::clock::now_ms());
+    if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(2), since).await {
+        debug!(error = %e, "cannot register when conversations began to pick the shards");
+    }
     let mut out = Vec::new();
     for app in &config.apps {
         let n = config.redis.shards;

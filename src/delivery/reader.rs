@@ -141,7 +141,7 @@ async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<Ow
 /// Load the leases' deliveries in one round trip, then one task per lease, each with one of
 /// `permits` (taken before the entries were read).
 async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut permits: OwnedSemaphorePermit) {
-    let loaded = match s.store.load_leased(&s.keys, &s.consumer, &leases).await {
+    let loaded = match s.store.load_in_turn(&s.keys, &s.consumer, &leases, s.turns.as_ref()).await {
         Ok(loaded) => loaded,
         Err(e) => {
             s.store_error(StoreOp::Load);
@@ -229,6 +229,10 @@ async fn usable(s: &Shard, lease: &Lease, loaded: Loaded) -> Option<Box<Stored>>
             let _ = s.store.finish(&s.keys, &s.consumer, lease, Finish::Done).await;
             None
         }
+        Loaded::Held => {
+            info!(target: "slackgate::audit", delivery = %lease.delivery, "turn held");
+            None
+        }
         Loaded::LeaseLost => {
             // Taken over while this worker waited: the new holder sends it.
             s.shared.metrics.fence_rejections.with_label_values(&[&s.app.name]).inc();
@@ -256,8 +260,11 @@ async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempte
         Finish::Retry { due_ms, .. } => due_ms.saturating_sub(now),
         _ => 0,
     };
-    match s.store.finish(&s.keys, &s.consumer, lease, how).await {
-        Ok(true) => {
+    match s.store.finish_in_turn(&s.keys, &s.consumer, lease, how, s.turns.as_ref()).await {
+        Ok(Some(turn)) => {
+            if let Some(ended) = &turn {
+                s.turn_ended(ended);
+            }
             s.shared.metrics.deliveries.with_label_values(&[app, outcome.as_label()]).inc();
             attempted.audit("attempt", number, outcome, next_retry_ms);
             if let (Verdict::Delivered, Ok(resp)) = (&attempted.verdict, &attempted.result) {
@@ -273,7 +280,7 @@ async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempte
                 attempt::late_reply(&s.client, &s.shared.metrics, app, &to, resp).await;
             }
         }
-        Ok(false) => {
+        Ok(None) => {
             s.shared.metrics.fence_rejections.with_label_values(&[app]).inc();
             warn!(
                 attempt = number,

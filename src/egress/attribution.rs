@@ -46,11 +46,12 @@ impl Egress {
         };
         let who = self.slack.identity(th, token).await?;
         let mut to = Target { store, who, channel, source: None };
-        if let Some(thread) = w.call.fields.thread() {
-            let records = store.conversations(self.cfg().attribution_window);
-            let found = self.step(w, records.source(to.channel(), thread)).await;
-            to.source = found.ok().flatten().map(Attributed::from);
-        }
+        // Outside a thread, a write answers a DM's latest message (there the conversation is
+        // the channel); in any other channel nothing matches.
+        let thread = w.call.fields.thread().unwrap_or(crate::slack::WHOLE_CHANNEL);
+        let records = store.conversations(self.cfg().attribution_window);
+        let found = self.step(w, records.source(to.channel(), thread)).await;
+        to.source = found.ok().flatten().map(Attributed::from);
         Some(to)
     }
 

@@ -88,13 +88,16 @@ pub fn fields(content_type: Option<&str>, body: &[u8]) -> (Fields, Option<String
             Some(Value::Number(n)) => Some(n.to_string()),
             _ => None,
         };
-        f = Fields { channel: text("channel"), thread_ts: text("thread_ts"), ts: text("ts"), text: text("text") };
+        // `assistant.threads.setStatus` names its channel `channel_id`.
+        let channel = text("channel").or_else(|| text("channel_id"));
+        f = Fields { channel, thread_ts: text("thread_ts"), ts: text("ts"), text: text("text") };
         token = text("token");
     } else {
         for (k, v) in form_urlencoded::parse(body) {
             let v = Some(v.into_owned());
             match &*k {
                 "channel" => f.channel = v,
+                "channel_id" if f.channel.is_none() => f.channel = v,
                 "thread_ts" => f.thread_ts = v,
                 "ts" => f.ts = v,
                 "text" => f.text = v,

@@ -35,6 +35,7 @@ mod retry;
 mod scripts;
 mod slack_api;
 mod store;
+mod turn;
 mod uncertain;
 mod write;
 
@@ -85,6 +86,8 @@ pub enum Outcome {
     KeyReused,
     WithheldDeleted,
     WithheldEdited,
+    /// A turn's new post while a newer message of its conversation waits (`on_newer`).
+    WithheldSuperseded,
     /// A post whose answer was lost, found in the channel.
     Reconciled,
     /// Could not tell whether Slack took it: the bot gets an error its client retries.
@@ -98,7 +101,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 13] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::Forwarded,
         Outcome::ReplayedKey,
         Outcome::ReplayedRetry,
@@ -107,6 +110,7 @@ impl Outcome {
         Outcome::KeyReused,
         Outcome::WithheldDeleted,
         Outcome::WithheldEdited,
+        Outcome::WithheldSuperseded,
         Outcome::Reconciled,
         Outcome::Unknown,
         Outcome::RateLimited,
@@ -124,6 +128,7 @@ impl Outcome {
             Outcome::KeyReused => "key_reused",
             Outcome::WithheldDeleted => "withheld_deleted",
             Outcome::WithheldEdited => "withheld_edited",
+            Outcome::WithheldSuperseded => "withheld_superseded",
             Outcome::Reconciled => "reconciled",
             Outcome::Unknown => "unknown",
             Outcome::RateLimited => "rate_limited",

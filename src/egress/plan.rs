@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::error::Error;
 use super::store::{Cached, IdemClaim, LEASE, LEASE_RENEW_EVERY};
 use super::Outcome;
-use crate::outbox::Change;
+use crate::outbox::{Change, WriteKind};
 
 /// Which key a write carried, as its audit line says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,6 +194,8 @@ impl From<Option<Change>> for SourceState {
 pub(super) enum Gone {
     Deleted,
     Edited,
+    /// The conversation moved past it: a newer message waits for its turn (`on_newer`).
+    Superseded,
 }
 
 impl Gone {
@@ -201,6 +203,7 @@ impl Gone {
         match self {
             Gone::Deleted => Outcome::WithheldDeleted,
             Gone::Edited => Outcome::WithheldEdited,
+            Gone::Superseded => Outcome::WithheldSuperseded,
         }
     }
 }
@@ -249,7 +252,24 @@ pub(super) fn is_paced(method: &str) -> bool {
 /// Whether a successful write's answer names a new post whose source is recorded (so that an
 /// update or delete of it is attributed to the same source).
 pub(super) fn records_its_post(method: &str) -> bool {
-    method == POST_MESSAGE
+    matches!(method, POST_MESSAGE | "chat.startStream")
+}
+
+/// What a write is to its conversation's turn; `None`: not an answer at all (a reaction, a
+/// view), which a turn neither waits for nor withholds.
+pub(super) fn turn_write(method: &str) -> Option<WriteKind> {
+    Some(match method {
+        POST_MESSAGE
+        | "chat.postEphemeral"
+        | "chat.meMessage"
+        | "chat.scheduleMessage"
+        | "chat.startStream"
+        | "files.completeUploadExternal" => WriteKind::Post,
+        "chat.update" | "chat.delete" | "chat.appendStream" => WriteKind::Continue,
+        "chat.stopStream" => WriteKind::Close,
+        "assistant.threads.setStatus" => WriteKind::Status,
+        _ => return None,
+    })
 }
 
 /// The gap between two posts of an app in a channel.
@@ -315,8 +335,15 @@ pub(super) enum Recovery {
 pub(super) fn recovery(method: &str) -> Recovery {
     match method {
         POST_MESSAGE => Recovery::LookFor,
-        "chat.update" | "chat.delete" | "reactions.add" | "reactions.remove" | "views.update" | "views.publish"
-        | "pins.add" | "pins.remove" => Recovery::SendAgain,
+        "chat.update"
+        | "chat.delete"
+        | "reactions.add"
+        | "reactions.remove"
+        | "views.update"
+        | "views.publish"
+        | "pins.add"
+        | "pins.remove"
+        | "assistant.threads.setStatus" => Recovery::SendAgain,
         _ => Recovery::Unknown,
     }
 }

@@ -211,6 +211,8 @@ proptest! {
             let recorded = match gone {
                 Gone::Deleted => state == Some(SourceState::Deleted),
                 Gone::Edited => edited && state == Some(SourceState::Edited),
+                // Only a turn withholds for a newer message, never the source's state.
+                Gone::Superseded => false,
             };
             prop_assert!(recorded, "{state:?} withheld as {gone:?}");
         }

@@ -171,11 +171,21 @@ pub struct Attributed {
     /// The attempt (run) the delivery is on.
     pub run: u64,
     pub state: SourceState,
+    /// The app it was delivered to, and its conversation (empty when its record kept none).
+    pub app: String,
+    pub conversation: String,
 }
 
 impl From<Source> for Attributed {
     fn from(s: Source) -> Self {
-        Attributed { ts: s.ts, delivery: s.delivery, run: s.run, state: SourceState::from(s.change) }
+        Attributed {
+            ts: s.ts,
+            delivery: s.delivery,
+            run: s.run,
+            state: SourceState::from(s.change),
+            app: s.app,
+            conversation: s.conversation,
+        }
     }
 }
 
@@ -239,6 +249,11 @@ impl EgressStore {
     /// for `window`, on this store's connection.
     pub fn conversations(&self, window: Duration) -> Conversations {
         Conversations::new(self.conn.clone(), &self.prefix, window)
+    }
+
+    /// The apps' turns, on the same connection (a write's delivery names its shard).
+    pub fn turns(&self) -> crate::outbox::Turns {
+        crate::outbox::Turns::new(self.conn.clone(), &self.prefix)
     }
 
     fn channel_tag(&self, p: &Place<'_>) -> String {

@@ -176,6 +176,9 @@ impl Egress {
         if let Some(withheld) = self.withhold(&to, w).await {
             return withheld;
         }
+        if let Some(superseded) = self.turn(&to, w).await {
+            return superseded;
+        }
         let rerun = match self.rerun(&to, w).await {
             Ok(k) => k,
             Err(replayed) => return replayed,

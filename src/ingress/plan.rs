@@ -41,12 +41,7 @@ pub fn plan(d: &Delivery, app: &AppConfig, shards: u16, now_ms: u64, nonce: u64)
     let cancel = message.filter(|_| app.cancel_on_delete).and_then(slack::deleted_message_key);
     let ignored = slack::ignore_reason(d, &app.rules);
     let claim = message.filter(|_| app.message_dedupe && ignored.is_none()).and_then(slack::message_key);
-    // The message identity picks the shard, so every event of one message meets its claim;
-    // otherwise the receipt does, so Slack's retries meet theirs.
-    let shard = match claim.as_deref().or(cancel.as_deref()).or(d.receipt.as_deref()) {
-        Some(key) => outbox::shard_of(key, shards),
-        None => (nonce % u64::from(shards.max(1))) as u16,
-    };
+    let shard = shard(d, claim.as_deref().or(cancel.as_deref()), shards, nonce);
     let inline = match d.kind {
         Kind::Command => app.inline_command,
         Kind::Interactivity => app.inline_interactivity,
@@ -59,6 +54,28 @@ pub fn plan(d: &Delivery, app: &AppConfig, shards: u16, now_ms: u64, nonce: u64)
     };
     let conversation = slack::conversation_of(d);
     Plan { ignored, claim, cancel, shard, id: format!("{shard}-{nonce:016x}"), placement, inline, conversation }
+}
+
+/// The shard a delivery lives on, the same for every app whatever its `turns`, and for every
+/// retry of it. A message's conversation picks it, so that every delivery of one conversation
+/// meets its turn, every event of one message meets its claim, and a deletion meets the
+/// delivery it cancels; otherwise the message claim (`claim`) or the receipt does, so Slack's
+/// retries meet theirs.
+pub fn shard(d: &Delivery, claim: Option<&str>, shards: u16, nonce: u64) -> u16 {
+    if let Some(conversation) = slack::conversation_key(d) {
+        return outbox::shard_of(&format!("c:{conversation}"), shards);
+    }
+    legacy_shard(d, claim, shards, nonce)
+}
+
+/// The shard versions before turns gave a delivery: its message claim's or its receipt's.
+/// A retry of a delivery recorded by one of them finds its receipt there (see
+/// `outbox::Store::earlier_receipt`).
+pub fn legacy_shard(d: &Delivery, claim: Option<&str>, shards: u16, nonce: u64) -> u16 {
+    match claim.or(d.receipt.as_deref()) {
+        Some(key) => outbox::shard_of(key, shards),
+        None => (nonce % u64::from(shards.max(1))) as u16,
+    }
 }
 
 #[cfg(test)]
@@ -96,22 +113,86 @@ mod tests {
     }
 
     #[test]
-    fn an_event_goes_on_the_stream_of_its_receipts_shard() {
+    fn a_message_goes_on_the_stream_of_its_conversations_shard() {
         let d = message("null", "U1");
         let p = plan(&d, &app(""), 8, 1000, 0xab);
         assert_eq!(p.placement, Placement::Stream);
         assert_eq!((p.ignored, p.claim.as_deref(), p.cancel.as_deref(), p.inline), (None, None, None, None));
-        assert_eq!(p.shard, outbox::shard_of("e:Ev1", 8));
+        assert_eq!(p.shard, outbox::shard_of("c:T1:C1:1.5", 8));
         assert_eq!(p.id, format!("{}-00000000000000ab", p.shard));
+        assert_eq!(legacy_shard(&d, None, 8, 0xab), outbox::shard_of("e:Ev1", 8), "versions before turns");
         assert!(!p.skips_store());
     }
 
     #[test]
-    fn a_message_claim_picks_the_shard() {
+    fn an_event_without_a_message_goes_on_its_receipts_shard() {
+        let reaction = delivery(
+            b"application/json",
+            r#"{"type":"event_callback","event_id":"Ev9","team_id":"T1","event":{"type":"reaction_added","item":{"channel":"C1","ts":"1.5"}}}"#,
+        );
+        let p = plan(&reaction, &app(""), 8, 1000, 1);
+        assert_eq!(p.shard, outbox::shard_of("e:Ev9", 8));
+        assert_eq!(p.shard, legacy_shard(&reaction, None, 8, 1));
+    }
+
+    #[test]
+    fn every_delivery_of_one_thread_shares_a_shard_whatever_the_apps_turns() {
+        let event = |id: &str, inner: &str| {
+            delivery(
+                b"application/json",
+                &format!(r#"{{"type":"event_callback","event_id":"{id}","team_id":"T1","event":{inner}}}"#),
+            )
+        };
+        let root = event("Ev1", r#"{"type":"message","user":"U1","text":"q","channel":"C1","ts":"1.5"}"#);
+        let reply =
+            event("Ev2", r#"{"type":"message","user":"U2","text":"a","channel":"C1","ts":"2.5","thread_ts":"1.5"}"#);
+        let mention = event(
+            "Ev3",
+            r#"{"type":"app_mention","user":"U2","text":"<@UBOT>","channel":"C1","ts":"2.5","thread_ts":"1.5"}"#,
+        );
+        let edit = event(
+            "Ev4",
+            r#"{"type":"message","subtype":"message_changed","channel":"C1","ts":"3.0","message":{"user":"U2","text":"b","ts":"2.5","thread_ts":"1.5"}}"#,
+        );
+        let deletion = event(
+            "Ev5",
+            r#"{"type":"message","subtype":"message_deleted","channel":"C1","ts":"4.0","deleted_ts":"2.5","previous_message":{"ts":"2.5","thread_ts":"1.5"}}"#,
+        );
+        let other = event("Ev6", r#"{"type":"message","user":"U1","text":"q","channel":"C1","ts":"9.5"}"#);
+        let on = app("turns = { order = \"queue\", end = \"answer\" }");
+        for shards in [2, 4, 16] {
+            let shard = |d: &Delivery, a: &AppConfig| plan(d, a, shards, 0, 7).shard;
+            let want = outbox::shard_of("c:T1:C1:1.5", shards);
+            for d in [&root, &reply, &mention, &edit, &deletion] {
+                assert_eq!((shard(d, &app("")), shard(d, &on)), (want, want), "{:?}", d.message);
+            }
+            assert_eq!(shard(&other, &app("")), outbox::shard_of("c:T1:C1:9.5", shards));
+        }
+    }
+
+    #[test]
+    fn a_dms_messages_outside_a_thread_are_one_conversation() {
+        let dm = |ts: &str, extra: &str| {
+            delivery(
+                b"application/json",
+                &format!(
+                    r#"{{"type":"event_callback","event_id":"Ev{ts}","team_id":"T1","event":{{"type":"message","user":"U1","text":"q","channel":"D1","channel_type":"im","ts":"{ts}"{extra}}}}}"#
+                ),
+            )
+        };
+        let (a, b) = (plan(&dm("1.5", ""), &app(""), 1, 0, 1), plan(&dm("2.5", ""), &app(""), 1, 0, 1));
+        let (a, b) = (a.conversation.unwrap(), b.conversation.unwrap());
+        assert_eq!((a.key(), b.key()), ("T1:D1:-".to_string(), "T1:D1:-".to_string()));
+        let threaded = plan(&dm("3.5", r#","thread_ts":"1.5""#), &app(""), 1, 0, 1).conversation.unwrap();
+        assert_eq!(threaded.key(), "T1:D1:1.5", "a thread in a DM is its own conversation");
+    }
+
+    #[test]
+    fn a_message_claim_rides_on_its_conversations_shard() {
         let a = app("dedupe = { message = true }");
         let p = plan(&message("null", "U1"), &a, 8, 1000, 1);
         assert_eq!(p.claim.as_deref(), Some("m:T1:C1:1.5"));
-        assert_eq!(p.shard, outbox::shard_of("m:T1:C1:1.5", 8));
+        assert_eq!(p.shard, outbox::shard_of("c:T1:C1:1.5", 8));
     }
 
     #[test]
@@ -129,7 +210,8 @@ mod tests {
         assert_eq!(deleted.ignored, Some(IgnoreReason::Subtype));
         assert_eq!(deleted.cancel.as_deref(), Some("m:T1:C1:1.5"));
         assert_eq!(deleted.placement, Placement::Discard);
-        assert_eq!(deleted.shard, outbox::shard_of("m:T1:C1:1.5", 4), "it meets the claim it cancels");
+        let original = plan(&message("null", "U1"), &a, 4, 0, 1);
+        assert_eq!(deleted.shard, original.shard, "it meets the claim it cancels");
         assert!(!deleted.skips_store());
     }
 

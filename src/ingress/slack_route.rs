@@ -218,7 +218,9 @@ impl Ingress {
             response_url: d.response_url.as_deref().unwrap_or(""),
             conversation: &conversation,
         };
-        let recorded = match self.admitted_record(app, plan.shard, &keys, &new, deadline).await {
+        let earlier = self.earlier_shard(app, d, &plan, received_ms).await;
+        let at = Shards { now: &keys, earlier: earlier.as_ref() };
+        let recorded = match self.admitted_record(app, plan.shard, at, &new, deadline).await {
             Ok(r) => r,
             Err(refusal) => return refusal,
         };
@@ -232,7 +234,7 @@ impl Ingress {
         &self,
         app: &AppConfig,
         shard: u16,
-        keys: &ShardKeys,
+        keys: Shards<'_>,
         new: &NewDelivery<'_>,
         deadline: Instant,
     ) -> Result<Recorded, Answer> {
@@ -263,6 +265,30 @@ impl Ingress {
             Err(_) => drop(slot),
         }
         recorded
+    }
+
+    /// Where a version before turns put this delivery, while its receipts may still be there
+    /// (a receipt's lifetime after this version first ran), when that is another shard.
+    async fn earlier_shard(&self, app: &AppConfig, d: &slack::Delivery, p: &plan::Plan, now: u64) -> Option<ShardKeys> {
+        let shards = self.config.redis.shards;
+        if shards < 2 || (d.receipt.is_none() && p.claim.is_none()) {
+            return None;
+        }
+        let earlier = plan::legacy_shard(d, p.claim.as_deref().or(p.cancel.as_deref()), shards, 0);
+        if earlier == p.shard {
+            return None;
+        }
+        let prefix = &self.config.redis.key_prefix;
+        let since = match self.sharded_since.get() {
+            Some(since) => *since,
+            None => match self.store().ok()?.sharded_by_conversation(prefix, now).await {
+                Ok(since) => *self.sharded_since.get_or_init(async || since).await,
+                // Unsure: look there (the record fails anyway if Redis does).
+                Err(_) => now,
+            },
+        };
+        (since > 0 && now < since + app.receipt_ttl.as_millis() as u64)
+            .then(|| ShardKeys::new(prefix, &app.name, earlier))
     }
 
     /// A deletion or an edit, into the conversation records (the egress withholds replies to
@@ -297,7 +323,7 @@ impl Ingress {
     async fn store_record(
         &self,
         app: &AppConfig,
-        keys: &ShardKeys,
+        keys: Shards<'_>,
         new: &NewDelivery<'_>,
         deadline: Instant,
     ) -> Result<Recorded, Answer> {
@@ -309,7 +335,16 @@ impl Ingress {
             a
         };
         let store = self.store().map_err(|e| unavailable(&e.to_string()))?;
-        match tokio::time::timeout_at(deadline, store.record(keys, new)).await {
+        let record = async {
+            if let Some(earlier) = keys.earlier {
+                let now_shard = shard_of_id(new.id);
+                if let Some(duplicate) = store.earlier_receipt(earlier, now_shard, new).await? {
+                    return Ok(duplicate);
+                }
+            }
+            store.record(keys.now, new).await
+        };
+        match tokio::time::timeout_at(deadline, record).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(unavailable(&e.to_string())),
             Err(_) => Err(unavailable("the pre-ack budget ran out")),
@@ -370,4 +405,16 @@ impl Ingress {
         let arrived = deadline.checked_sub(self.config.server.ack_budget).unwrap_or(deadline);
         inline::run(job, budget.min((arrived + SLACK_WAITS).saturating_duration_since(Instant::now()))).await
     }
+}
+
+/// The shard a delivery is recorded on, and the one an earlier version would have used.
+#[derive(Clone, Copy)]
+struct Shards<'a> {
+    now: &'a ShardKeys,
+    earlier: Option<&'a ShardKeys>,
+}
+
+/// The shard a delivery id names (`<shard>-<16 hex>`).
+fn shard_of_id(id: &str) -> u16 {
+    id.split_once('-').and_then(|(s, _)| s.parse().ok()).unwrap_or(0)
 }

@@ -18,9 +18,9 @@ use super::{Conn, StoreError};
 use crate::slack::Conversation;
 
 /// KEYS: the message's record, its thread's latest. ARGV: thread ts, delivery, attempt,
-/// window ms, message ts, app. The thread's latest moves forward only.
+/// window ms, message ts, app, conversation key. The thread's latest moves forward only.
 const DELIVERING: &str = r#"
-redis.call('HSET', KEYS[1], 'th', ARGV[1], 'd', ARGV[2], 'n', ARGV[3], 'app', ARGV[6])
+redis.call('HSET', KEYS[1], 'th', ARGV[1], 'd', ARGV[2], 'n', ARGV[3], 'app', ARGV[6], 'k', ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 local latest = redis.call('GET', KEYS[2])
 if not latest or tonumber(ARGV[5]) >= tonumber(latest) then
@@ -40,14 +40,14 @@ return 1
 
 /// KEYS: the thread's latest delivered message, the posted message's source (for an update or
 /// delete of the bot's own post). ARGV: channel key tag, thread ts.
-/// Returns {message ts, delivery, attempt, change} of the delivered message a write answers,
-/// or {} when nothing the gateway delivered matches.
+/// Returns {message ts, delivery, attempt, change, app, conversation key} of the delivered
+/// message a write answers, or {} when nothing the gateway delivered matches.
 const SOURCE: &str = r#"
 local source = redis.call('GET', KEYS[2])
 local ts = source or redis.call('GET', KEYS[1]) or ARGV[2]
-local r = redis.call('HMGET', ARGV[1] .. ':m:' .. ts, 'd', 'n', 'st')
+local r = redis.call('HMGET', ARGV[1] .. ':m:' .. ts, 'd', 'n', 'st', 'app', 'k')
 if not r[1] then return {} end
-return {ts, r[1], r[2] or '1', r[3] or ''}
+return {ts, r[1], r[2] or '1', r[3] or '', r[4] or '', r[5] or ''}
 "#;
 
 struct Scripts {
@@ -97,6 +97,10 @@ pub struct Source {
     /// The attempt (run) the delivery was on when it was last sent.
     pub run: u64,
     pub change: Option<Change>,
+    /// The app it was delivered to, and its conversation's key (empty in a record of a version
+    /// that kept none).
+    pub app: String,
+    pub conversation: String,
 }
 
 /// A channel of a workspace, where conversations happen.
@@ -143,6 +147,7 @@ impl Conversations {
             .arg(self.window.as_millis() as u64)
             .arg(&c.ts)
             .arg(app)
+            .arg(c.key())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())
@@ -168,11 +173,13 @@ impl Conversations {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match reply.as_slice() {
-            [ts, d, n, st] => Some(Source {
+            [ts, d, n, st, app, k] => Some(Source {
                 ts: ts.clone(),
                 delivery: d.clone(),
                 run: n.parse().unwrap_or(1),
                 change: Change::from_stored(st),
+                app: app.clone(),
+                conversation: k.clone(),
             }),
             _ => None,
         })

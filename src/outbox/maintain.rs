@@ -19,6 +19,12 @@ pub struct OutboxStats {
     pub oldest_age_ms: u64,
     /// Deliveries completed in the previous whole minute.
     pub delivered_last_minute: u64,
+    /// Deliveries held for their conversation's turn (counted in `oldest_age_ms` too).
+    pub held: u64,
+    /// Conversations with deliveries held.
+    pub conversations_waiting: u64,
+    /// Deliveries `order = "latest"` passed over, ever (until Redis forgets).
+    pub superseded: u64,
 }
 
 /// Dead letters dropped by one trim: parked longer than `dead_ttl`, or beyond `dead_max`.
@@ -66,6 +72,9 @@ pub async fn app_stats(store: &Store, shards: &[ShardKeys], now_ms: u64) -> Resu
         total.dead += s.dead;
         total.oldest_age_ms = total.oldest_age_ms.max(s.oldest_age_ms);
         total.delivered_last_minute += s.delivered_last_minute;
+        total.held += s.held;
+        total.conversations_waiting += s.conversations_waiting;
+        total.superseded += s.superseded;
     }
     Ok(total)
 }
@@ -73,12 +82,16 @@ pub async fn app_stats(store: &Store, shards: &[ShardKeys], now_ms: u64) -> Resu
 impl Store {
     /// One shard's counts.
     pub async fn shard_stats(&self, keys: &ShardKeys, now_ms: u64) -> Result<OutboxStats, StoreError> {
-        let (ready, in_flight, scheduled, dead, oldest): (u64, u64, u64, u64, String) = self
+        type Counts = (u64, u64, u64, u64, String, u64, u64, u64);
+        let (ready, in_flight, scheduled, dead, oldest, held, conversations_waiting, superseded): Counts = self
             .stats
             .key(&keys.stream)
             .key(&keys.sched)
             .key(&keys.dead)
             .key(&keys.wait)
+            .key(keys.held())
+            .key(keys.turns_waiting())
+            .key(keys.superseded_count())
             .arg(GROUP)
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -93,6 +106,9 @@ impl Store {
             dead,
             oldest_age_ms: oldest_ms.map(|ms| now_ms.saturating_sub(ms)).unwrap_or(0),
             delivered_last_minute: delivered.unwrap_or(0),
+            held,
+            conversations_waiting,
+            superseded,
         })
     }
 

@@ -14,6 +14,7 @@ mod lazy;
 mod maintain;
 mod model;
 mod scripts;
+mod turns;
 
 use crate::store::Conn;
 pub use crate::store::{Endpoint, StoreError};
@@ -23,9 +24,10 @@ pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 use model::stored;
 pub use model::{Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
+pub use turns::{Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, Turns, WriteKind};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use std::collections::HashMap;
@@ -256,11 +258,25 @@ impl Store {
         consumer: &str,
         leases: &[Lease],
     ) -> Result<Vec<Loaded>, StoreError> {
+        self.load_in_turn(keys, consumer, leases, None).await
+    }
+
+    /// [`Store::load_leased`] for an app that takes turns (`rules`): a delivery whose
+    /// conversation's turn another holds is put to wait for it ([`Loaded::Held`]), in the same
+    /// step.
+    pub async fn load_in_turn(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        leases: &[Lease],
+        rules: Option<&TurnRules>,
+    ) -> Result<Vec<Loaded>, StoreError> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
         let mut invocation = self.load.key(&keys.stream);
-        invocation.arg(GROUP).arg(consumer);
+        let timeout = rules.map(|r| r.timeout.as_millis().to_string()).unwrap_or_default();
+        invocation.arg(GROUP).arg(consumer).arg(timeout).arg(crate::clock::now_ms()).arg(&keys.tag);
         for l in leases {
             invocation.key(keys.delivery(&l.delivery)).arg(&l.entry).arg(l.token);
         }
@@ -271,8 +287,10 @@ impl Store {
         replies
             .into_iter()
             .map(|reply| {
-                if let Value::Int(_) = reply {
-                    return Ok(Loaded::LeaseLost);
+                match reply {
+                    Value::Int(0) => return Ok(Loaded::LeaseLost),
+                    Value::Int(_) => return Ok(Loaded::Held),
+                    _ => {}
                 }
                 let map: HashMap<String, Vec<u8>> =
                     redis::from_redis_value(reply).map_err(|e| StoreError::Protocol(e.to_string()))?;
@@ -295,8 +313,22 @@ impl Store {
         lease: &Lease,
         how: Finish<'_>,
     ) -> Result<bool, StoreError> {
+        Ok(self.finish_in_turn(keys, consumer, lease, how, None).await?.is_some())
+    }
+
+    /// Fenced completion for an app that takes turns (`rules`): `None` when fenced out, else
+    /// the turn the delivery's end ended, if it did (its delivery answered or refused).
+    pub async fn finish_in_turn(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        lease: &Lease,
+        how: Finish<'_>,
+        rules: Option<&TurnRules>,
+    ) -> Result<Option<Option<TurnEnded>>, StoreError> {
         let (mode, at, status, error, final_) = how.parts();
-        let ok: i64 = fenced(&self.finish, keys, consumer, lease)
+        let (order, end, quiet, pass_after, timeout) = turns::finish_args(rules);
+        let reply: Value = fenced(&self.finish, keys, consumer, lease)
             .key(keys.delivery(&lease.delivery))
             .key(&keys.sched)
             .key(&keys.dead)
@@ -308,9 +340,15 @@ impl Store {
             .arg(error)
             .arg(&keys.tag)
             .arg(u8::from(final_))
+            .arg(order)
+            .arg(end)
+            .arg(quiet)
+            .arg(pass_after)
+            .arg(timeout)
+            .arg(crate::clock::now_ms())
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(ok == 1)
+        turns::finished(reply)
     }
 
     /// Redis' `maxmemory-policy` (from `INFO memory`, which managed Redis services allow where
@@ -382,6 +420,44 @@ impl Store {
             v.unwrap_or(0)
         };
         Ok(had.max(configured))
+    }
+
+    /// When this deployment's conversations began to pick their deliveries' shards (ms; 0:
+    /// always). The delivery workers register it the first time this version runs.
+    pub async fn sharded_by_conversation(&self, prefix: &str, now_ms: u64) -> Result<u64, StoreError> {
+        let key = format!("{{{prefix}}}:shards");
+        static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::SHARDED_BY_CONVERSATION));
+        Ok(SCRIPT.key(key).arg(now_ms).invoke_async(&mut self.conn.clone()).await?)
+    }
+
+    /// A delivery whose shard a version before turns chose otherwise (`earlier`): its
+    /// receipt or message claim recorded there by that version makes it a duplicate — a retry
+    /// across the upgrade still finds its receipt. Else both are claimed there too.
+    pub async fn earlier_receipt(
+        &self,
+        earlier: &ShardKeys,
+        now_shard: u16,
+        d: &NewDelivery<'_>,
+    ) -> Result<Option<Recorded>, StoreError> {
+        let receipt = d.receipt.map(|r| earlier.receipt(r));
+        let claim = d.claim.map(|c| earlier.receipt(c));
+        let first = receipt.clone().or_else(|| claim.clone()).unwrap_or_else(|| earlier.delivery(d.id));
+        static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::EARLIER_RECEIPT));
+        let (status, id): (i64, String) = SCRIPT
+            .key(receipt.as_deref().unwrap_or(&first))
+            .key(claim.as_deref().unwrap_or(&first))
+            .arg(format!("{now_shard}-"))
+            .arg(d.id)
+            .arg(d.ttl.as_millis() as u64)
+            .arg(u8::from(receipt.is_some()))
+            .arg(u8::from(claim.is_some()))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match status {
+            0 => Some(Recorded::Duplicate(id)),
+            2 => Some(Recorded::DuplicateMessage(id)),
+            _ => None,
+        })
     }
 
     /// PING, for readiness.

@@ -20,10 +20,11 @@ pub enum StoreOp {
     Reclaim,
     Stats,
     Trim,
+    Turns,
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 9] = [
+    pub const ALL: [StoreOp; 10] = [
         StoreOp::Record,
         StoreOp::Read,
         StoreOp::Load,
@@ -33,6 +34,7 @@ impl StoreOp {
         StoreOp::Reclaim,
         StoreOp::Stats,
         StoreOp::Trim,
+        StoreOp::Turns,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -46,6 +48,7 @@ impl StoreOp {
             StoreOp::Reclaim => "reclaim",
             StoreOp::Stats => "stats",
             StoreOp::Trim => "trim",
+            StoreOp::Turns => "turns",
         }
     }
 }
@@ -166,6 +169,8 @@ pub enum Loaded {
     Gone,
     /// Another worker holds the entry now: the attempt must not be made.
     LeaseLost,
+    /// Put to wait for its conversation's turn (off the stream): not sent now.
+    Held,
 }
 
 /// A delivery hash's fields, as stored by the scripts.

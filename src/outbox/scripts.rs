@@ -18,7 +18,7 @@
 
 /// Helpers shared by the scripts that touch message claims. `tag` is the shard's key tag.
 macro_rules! with_claim_helpers {
-    ($body:literal) => {
+    ($body:expr) => {
         concat!(
             r#"
 local function drop_alternates(claim, tag)
@@ -44,6 +44,107 @@ end
 "#,
             $body
         )
+    };
+}
+
+/// Helpers shared by the scripts that move a conversation's turn (see `turns`); they build on
+/// the claim helpers. `tag` is the shard's key tag; `now` and `timeout` are numbers (ms).
+macro_rules! with_turn_helpers {
+    ($body:literal) => {
+        with_claim_helpers!(concat!(
+            r#"
+local function turn_conv(hk)
+  local cv = redis.call('HGET', hk, 'cv')
+  if not cv then return nil end
+  local team, channel, ts, thread = string.match(cv, '^([^\t]+)\t([^\t]+)\t([^\t]+)\t([^\t]+)$')
+  if not thread then return nil end
+  return team .. ':' .. channel .. ':' .. thread, ts
+end
+local function supersede(tag, id, by, now)
+  local hk = tag .. ':d:' .. id
+  local mc = redis.call('HGET', hk, 'mc')
+  if mc then drop_alternates(mc, tag) end
+  redis.call('XADD', tag .. ':superseded', 'MAXLEN', '~', 1000, '*', 'd', id, 'by', by, 'at', now,
+    'cv', redis.call('HGET', hk, 'cv') or '')
+  redis.call('INCR', tag .. ':superseded:n')
+  redis.call('DEL', hk)
+  redis.call('ZREM', tag .. ':wait', id)
+end
+local function release(tag, conv, now, order, timeout)
+  local qk = tag .. ':tq:' .. conv
+  local superseded = {}
+  while true do
+    local first
+    if order == 'latest' then
+      first = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
+    else
+      first = redis.call('ZRANGE', qk, 0, 0, 'WITHSCORES')
+    end
+    if #first == 0 then
+      redis.call('SREM', tag .. ':waiting', conv)
+      return '', superseded
+    end
+    local id = first[1]
+    redis.call('ZREM', qk, id)
+    redis.call('ZREM', tag .. ':held', id)
+    local hk = tag .. ':d:' .. id
+    if redis.call('EXISTS', hk) == 1 then
+      if order == 'latest' then
+        for _, old in ipairs(redis.call('ZRANGE', qk, '-inf', '(' .. first[2], 'BYSCORE')) do
+          redis.call('ZREM', qk, old)
+          redis.call('ZREM', tag .. ':held', old)
+          if redis.call('EXISTS', tag .. ':d:' .. old) == 1 then
+            supersede(tag, old, id, now)
+            superseded[#superseded + 1] = old
+          end
+        end
+      end
+      redis.call('HDEL', hk, 'hq')
+      redis.call('HSET', hk, 'tc', conv, 'e', redis.call('XADD', tag .. ':outbox', '*', 'd', id))
+      if order ~= 'off' then
+        local _, ts = turn_conv(hk)
+        redis.call('HSET', tag .. ':tn:' .. conv, 'd', id, 'ts', ts or first[2], 'at', now, 'w', 0)
+        redis.call('ZADD', tag .. ':turns', now + timeout, conv)
+      end
+      if redis.call('ZCARD', qk) == 0 then
+        redis.call('SREM', tag .. ':waiting', conv)
+      end
+      return id, superseded
+    end
+  end
+end
+local function end_turn(tag, conv, now, order, timeout)
+  local tk = tag .. ':tn:' .. conv
+  local at = tonumber(redis.call('HGET', tk, 'at') or now)
+  redis.call('DEL', tk)
+  redis.call('ZREM', tag .. ':turns', conv)
+  local released, superseded = release(tag, conv, now, order, timeout)
+  return {math.max(now - at, 0), released, superseded}
+end
+local function begin_turn(tag, group, entry, id, hk, now, timeout)
+  local conv, ts = turn_conv(hk)
+  if not conv then return true end
+  local tk = tag .. ':tn:' .. conv
+  local holder = redis.call('HGET', tk, 'd')
+  if holder == id then return true end
+  if not holder then
+    redis.call('HSET', tk, 'd', id, 'ts', ts, 'at', now, 'w', 0)
+    redis.call('ZADD', tag .. ':turns', now + timeout, conv)
+    redis.call('HSET', hk, 'tc', conv)
+    return true
+  end
+  redis.call('XACK', tag .. ':outbox', group, entry)
+  redis.call('XDEL', tag .. ':outbox', entry)
+  redis.call('HDEL', hk, 'e')
+  redis.call('HSET', hk, 'hq', conv)
+  redis.call('ZADD', tag .. ':tq:' .. conv, ts, id)
+  redis.call('ZADD', tag .. ':held', now, id)
+  redis.call('SADD', tag .. ':waiting', conv)
+  return false
+end
+"#,
+            $body
+        ))
     };
 }
 
@@ -118,7 +219,23 @@ if ARGV[11] == '1' then
         end
       end
     end
+    local hq = redis.call('HGET', hk, 'hq')
+    if cancelled == 0 and hq then
+      -- Held for its conversation's turn: it leaves the queue.
+      redis.call('ZREM', ARGV[12] .. ':tq:' .. hq, d)
+      redis.call('ZREM', ARGV[12] .. ':held', d)
+      if redis.call('EXISTS', ARGV[12] .. ':tq:' .. hq) == 0 then
+        redis.call('SREM', ARGV[12] .. ':waiting', hq)
+      end
+      cancelled = 1
+    end
     if cancelled == 1 then
+      local tc = redis.call('HGET', hk, 'tc')
+      if tc and redis.call('HGET', ARGV[12] .. ':tn:' .. tc, 'd') == d then
+        -- It held its conversation's turn: the housekeeping ends the turn at once.
+        redis.call('HSET', ARGV[12] .. ':tn:' .. tc, 'x', 'cancelled')
+        redis.call('ZADD', ARGV[12] .. ':turns', 0, tc)
+      end
       redis.call('DEL', hk)
       redis.call('ZREM', KEYS[7], d)
     end
@@ -198,33 +315,71 @@ return 1
 );
 
 /// KEYS: outbox stream, then the delivery hash of each lease of one read. ARGV: group,
-/// consumer, then `(entry, token)` for each lease. For each, in order: its delivery's fields
-/// when the lease is still the caller's (an empty list when the delivery is gone), 0 when it
-/// was lost (the attempt must not be made). One call for a whole read batch.
-pub const LOAD: &str = r#"
+/// consumer, turns (the turn timeout in ms, or '' when the app takes no turns), now ms, key
+/// tag, then `(entry, token)` for each lease. For each, in order: its delivery's fields when the
+/// lease is still the caller's and the delivery may be sent now (an empty list when the delivery
+/// is gone), 0 when the lease was lost (the attempt must not be made), 1 when it was put to
+/// wait for its conversation's turn (off the stream, in the turn's queue). One call for a whole
+/// read batch.
+pub const LOAD: &str = with_turn_helpers!(
+    r#"
 local out = {}
+local now = tonumber(ARGV[4])
 for i = 2, #KEYS do
-  local entry, token = ARGV[2 * i - 1], ARGV[2 * i]
+  local entry, token = ARGV[2 * i + 2], ARGV[2 * i + 3]
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
   if #p == 0 or p[1][2] ~= ARGV[2] or tonumber(p[1][4]) ~= tonumber(token) then
     out[#out + 1] = 0
+  elseif ARGV[3] ~= '' and redis.call('EXISTS', KEYS[i]) == 1
+      and not begin_turn(ARGV[5], ARGV[1], entry, string.sub(KEYS[i], #ARGV[5] + 4), KEYS[i], now,
+        tonumber(ARGV[3])) then
+    out[#out + 1] = 1
   else
     out[#out + 1] = redis.call('HGETALL', KEYS[i])
   end
 end
 return out
-"#;
+"#
+);
 
 /// KEYS: outbox stream, delivery hash, schedule zset, dead-letter stream, waiting index.
 /// ARGV[5] mode (done | retry | dead), ARGV[6] delivery id, ARGV[7] due ms (retry) or now ms
 /// (done, dead), ARGV[8] last status, ARGV[9] last error, ARGV[10] key tag (for the per-minute
 /// delivered counter that `slackgate stats` reads), ARGV[11] final (1: the bot refused it
-/// with a 4xx, so another copy of its message may be delivered instead).
-pub const FINISH: &str = fenced!(with_claim_helpers!(
+/// with a 4xx, so another copy of its message may be delivered instead). The app's turns:
+/// ARGV[12] order (queue | latest, '' when it takes none), ARGV[13] end (reply | answer),
+/// ARGV[14] quiet ms, ARGV[15] pass-after ms, ARGV[16] timeout ms, ARGV[17] now ms.
+///
+/// Returns 1, or {1, how, duration ms, released id, {superseded ids}} when it ended the turn
+/// its delivery held (`how`: answer | refused); 0 when fenced out.
+pub const FINISH: &str = fenced!(with_turn_helpers!(
     r#"
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 local mode = ARGV[5]
+local ended = nil
+if ARGV[12] ~= '' then
+  local tc = redis.call('HGET', KEYS[2], 'tc')
+  local tk = tc and (ARGV[10] .. ':tn:' .. tc)
+  if tc and redis.call('HGET', tk, 'd') == ARGV[6] then
+    local now, timeout = tonumber(ARGV[17]), tonumber(ARGV[16])
+    if mode == 'dead' or (mode == 'done' and ARGV[13] == 'answer') then
+      local how = mode == 'dead' and 'refused' or 'answer'
+      local e = end_turn(ARGV[10], tc, now, ARGV[12], timeout)
+      ended = {1, how, e[1], e[2], e[3]}
+    elseif mode == 'done' then
+      -- Answered: the turn goes on until the bot's replies end (or it passes).
+      redis.call('HSET', tk, 'ok', 1)
+      local lw = redis.call('HGET', tk, 'lw')
+      local due = lw and (tonumber(lw) + tonumber(ARGV[14])) or (now + tonumber(ARGV[15]))
+      local at = tonumber(redis.call('HGET', tk, 'at') or now)
+      redis.call('ZADD', ARGV[10] .. ':turns', math.min(due, at + timeout), tc)
+    end
+  end
+end
+local function finished()
+  return ended or 1
+end
 if mode == 'done' then
   local mc = redis.call('HGET', KEYS[2], 'mc')
   if mc then
@@ -236,17 +391,17 @@ if mode == 'done' then
   if redis.call('INCR', minute) == 1 then
     redis.call('EXPIRE', minute, 180)
   end
-  return 1
+  return finished()
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('ZREM', KEYS[5], ARGV[6])
-  return 1
+  return finished()
 end
 local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
 redis.call('HSET', KEYS[2], 'st', ARGV[8], 'err', ARGV[9])
 if mode == 'retry' then
   redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
-  return 1
+  return finished()
 end
 redis.call('ZREM', KEYS[5], ARGV[6])
 local de = redis.call('XADD', KEYS[4], '*', 'd', ARGV[6], 'st', ARGV[8], 'err', ARGV[9],
@@ -259,7 +414,7 @@ if ARGV[11] == '1' then
     promote_alternate(mc, ARGV[10], KEYS[1], KEYS[5])
   end
 end
-return 1
+return finished()
 "#
 ));
 
@@ -303,10 +458,11 @@ end
 return #due
 "#;
 
-/// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index. ARGV: group.
+/// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index, deliveries held for
+/// a turn, conversations with deliveries held, deliveries superseded (a counter). ARGV: group.
 /// Returns {ready, in flight, scheduled, dead, received-at ms of the oldest waiting delivery
-/// or ''}. Completed entries are deleted from the stream, so what is on it is either ready or
-/// in flight.
+/// or '', held, conversations waiting, superseded}. Completed entries are deleted from the
+/// stream, so what is on it is either ready or in flight.
 pub const STATS: &str = r#"
 local len = redis.call('XLEN', KEYS[1])
 local pending = 0
@@ -315,7 +471,8 @@ if type(p) == 'table' and type(p[1]) == 'number' then pending = p[1] end
 local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 local oldest = ''
 if #first > 0 then oldest = first[2] end
-return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]), oldest}
+return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]), oldest,
+  redis.call('ZCARD', KEYS[5]), redis.call('SCARD', KEYS[6]), tonumber(redis.call('GET', KEYS[7]) or '0')}
 "#;
 
 /// KEYS: dead-letter stream, outbox stream, delivery hash, waiting index. ARGV: delivery id,
@@ -389,6 +546,43 @@ end
 return removed
 "#;
 
+/// KEYS: the prefix's shard register. ARGV: now ms. When this version first ran on it: the
+/// time its conversations began to pick their deliveries' shards (0 when no earlier version
+/// ever ran: nothing was recorded by the older rule). Kept in the field `~conversations`, which
+/// no app name can be.
+pub const SHARDED_BY_CONVERSATION: &str = r#"
+local since = redis.call('HGET', KEYS[1], '~conversations')
+if since then return tonumber(since) end
+since = (redis.call('HLEN', KEYS[1]) == 0) and 0 or tonumber(ARGV[1])
+redis.call('HSET', KEYS[1], '~conversations', since)
+return since
+"#;
+
+/// KEYS: a delivery's receipt and message claim (or the receipt again) on the shard a version
+/// before turns gave it. ARGV: 1 the delivery id's prefix on its shard now (`<shard>-`), 2 its
+/// id, 3 receipt ttl ms, 4 has receipt (0/1), 5 has claim (0/1).
+/// Returns {0, id} when that version recorded the receipt, {2, id} when it claimed the message
+/// (the delivery is a duplicate); else {1, ''}, having claimed both there too, so that a gateway
+/// of that version still running finds them.
+pub const EARLIER_RECEIPT: &str = r#"
+local function earlier(k)
+  local v = redis.call('GET', k)
+  if v and string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return v end
+  return nil
+end
+if ARGV[4] == '1' then
+  local v = earlier(KEYS[1])
+  if v then return {0, v} end
+end
+if ARGV[5] == '1' then
+  local v = earlier(KEYS[2])
+  if v then return {2, v} end
+end
+if ARGV[4] == '1' then redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) end
+if ARGV[5] == '1' then redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) end
+return {1, ''}
+"#;
+
 /// KEYS: the prefix's shard register (a hash: app → the most shards it has had). ARGV: app,
 /// configured shards. Raises the app's count to the configured one and returns the larger:
 /// shards that a smaller `shards` no longer writes to keep being read until they are empty.
@@ -401,3 +595,85 @@ if now > had then
 end
 return had
 "#;
+
+/// KEYS: none declared beyond the shard's tag (ARGV[1]); every key is built from it.
+/// ARGV: 1 key tag, 2 conversation, 3 the delivery the write is attributed to, 4 its message
+/// ts, 5 what the write is (post | continue | close | status), 6 now ms, 7 withhold when newer
+/// (0/1), 8 quiet ms, 9 timeout ms, 10 order (queue | latest).
+///
+/// A write of the turn's own delivery renews the turn (ends it, for a closing call); a new post
+/// when a newer message of the conversation waits — or holds the turn already — is withheld
+/// (with `withhold`), which ends the turn it belongs to. Returns {verdict (post | withhold),
+/// how the turn ended or '', duration ms, released id, {superseded ids}}.
+pub const TURN_WRITE: &str = with_turn_helpers!(
+    r#"
+local tag, conv, id, ts, class = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local now, quiet, timeout, order = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local tk = tag .. ':tn:' .. conv
+local holder = redis.call('HGET', tk, 'd')
+local mine = holder == id
+if class == 'post' and ARGV[7] == '1' then
+  local waiting = redis.call('ZRANGE', tag .. ':tq:' .. conv, '(' .. ts, '+inf', 'BYSCORE', 'LIMIT', 0, 1)
+  local newer = #waiting > 0
+  if not newer and holder and not mine then
+    newer = tonumber(redis.call('HGET', tk, 'ts') or '0') > tonumber(ts)
+  end
+  if newer then
+    if mine then
+      local e = end_turn(tag, conv, now, order, timeout)
+      return {'withhold', 'superseded', e[1], e[2], e[3]}
+    end
+    return {'withhold', '', 0, '', {}}
+  end
+end
+if mine then
+  redis.call('HINCRBY', tk, 'w', 1)
+  redis.call('HSET', tk, 'lw', now)
+  if class == 'close' then
+    local e = end_turn(tag, conv, now, order, timeout)
+    return {'post', 'reply', e[1], e[2], e[3]}
+  end
+  if redis.call('HGET', tk, 'ok') == '1' then
+    local at = tonumber(redis.call('HGET', tk, 'at') or now)
+    redis.call('ZADD', tag .. ':turns', math.min(now + quiet, at + timeout), conv)
+  end
+end
+return {'post', '', 0, '', {}}
+"#
+);
+
+/// KEYS: the shard's turn index, its set of conversations with deliveries held. ARGV: 1 key
+/// tag, 2 now ms, 3 order (queue | latest | off), 4 timeout ms, 5 most turns ended per call.
+///
+/// Ends the turns that are due: timed out, passed (answered, nothing written within
+/// `pass_after`), replied (written, then quiet), or whose delivery was cancelled. With order
+/// `off` (an app whose `turns` were turned off) every turn ends and everything held is
+/// released. Returns {{how, duration ms, released id, {superseded ids}}, …}.
+pub const TURN_DUE: &str = with_turn_helpers!(
+    r#"
+local tag, now, order, timeout, max = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {}
+if order == 'off' then
+  for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], 0, max - 1)) do
+    local e = end_turn(tag, conv, now, 'off', timeout)
+    out[#out + 1] = {'off', e[1], e[2], e[3]}
+  end
+  for _, conv in ipairs(redis.call('SRANDMEMBER', KEYS[2], max)) do
+    while release(tag, conv, now, 'off', timeout) ~= '' do end
+  end
+  return out
+end
+for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, max)) do
+  local t = redis.call('HMGET', tag .. ':tn:' .. conv, 'at', 'ok', 'w', 'x')
+  local how = 'timeout'
+  if t[4] == 'cancelled' then
+    how = 'cancelled'
+  elseif t[1] and now < tonumber(t[1]) + timeout and t[2] == '1' then
+    how = (tonumber(t[3] or '0') > 0) and 'reply' or 'passed'
+  end
+  local e = end_turn(tag, conv, now, order, timeout)
+  out[#out + 1] = {how, e[1], e[2], e[3]}
+end
+return out
+"#
+);

@@ -86,8 +86,11 @@ pub struct Message {
     pub ts: String,
     /// `message_changed` only: the edit's own timestamp.
     pub edit_ts: Option<String>,
-    /// The thread the message is in (its root's `ts`), when it is a reply.
+    /// The thread the message is in (its root's `ts`), when it is a reply (for an edit or a
+    /// deletion, the changed message's thread).
     pub thread_ts: Option<String>,
+    /// In a DM or group DM (`channel_type` `im`/`mpim`, or a `D…` channel).
+    pub direct: bool,
     pub subtype: Option<String>,
     /// The author (for an edit, the edited message's author).
     pub user: Option<String>,
@@ -258,11 +261,13 @@ fn message_of(env: &Object, event: &Object, bot_users: &[String]) -> Option<Mess
         bot_users.iter().any(|u| t.contains(&format!("<@{u}>")))
     };
     let inner = |k: &str| event.get(k).and_then(Value::as_object);
-    let mut m = Message { team, channel, subtype: subtype.clone(), ..Message::default() };
+    let direct = matches!(text(event, "channel_type"), Some("im" | "mpim")) || channel.starts_with('D');
+    let mut m = Message { team, channel, subtype: subtype.clone(), direct, ..Message::default() };
     match subtype.as_deref() {
         Some("message_changed") => {
             let edited = inner("message")?;
             m.ts = text(edited, "ts")?.to_string();
+            m.thread_ts = text(edited, "thread_ts").map(String::from);
             m.edit_ts = text(event, "ts").map(String::from);
             m.user = text(edited, "user").map(String::from);
             m.bot_id = text(edited, "bot_id").map(String::from);
@@ -270,8 +275,9 @@ fn message_of(env: &Object, event: &Object, bot_users: &[String]) -> Option<Mess
             m.previously_mentioned_bot = inner("previous_message").is_some_and(mentions);
         }
         Some("message_deleted") => {
-            let previous = inner("previous_message").and_then(|p| text(p, "ts"));
-            m.ts = text(event, "deleted_ts").or(previous)?.to_string();
+            let previous = inner("previous_message");
+            m.ts = text(event, "deleted_ts").or(previous.and_then(|p| text(p, "ts")))?.to_string();
+            m.thread_ts = previous.and_then(|p| text(p, "thread_ts")).map(String::from);
         }
         _ => {
             m.ts = text(event, "ts")?.to_string();

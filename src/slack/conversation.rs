@@ -1,7 +1,7 @@
 //! Conversations: a message's place in one (its thread), as the gateway keeps it with a
 //! delivery. Which messages are turns of a conversation is Slack's rule, so it lives here.
 
-use super::classify::{Delivery, Kind};
+use super::classify::{Delivery, Kind, Message};
 
 /// Where a message stands in a conversation: its workspace, channel, own `ts` and thread.
 /// Derived once, when its delivery is recorded, and kept with it as text ([`encode`]), so that
@@ -14,14 +14,24 @@ pub struct Conversation {
     pub channel: String,
     /// The message's own `ts`.
     pub ts: String,
-    /// Its thread (the root's `ts`), or its own `ts` for a top-level message.
+    /// Its thread (the root's `ts`), its own `ts` for a top-level message, or [`WHOLE_CHANNEL`]
+    /// for a DM's message outside a thread.
     pub thread: String,
 }
+
+/// The thread of a DM's (or group DM's) messages outside any thread: there the conversation is
+/// the channel itself, and the bot answers in it without a `thread_ts`.
+pub const WHOLE_CHANNEL: &str = "-";
 
 impl Conversation {
     /// As kept in the hash: the four fields joined by tabs (no Slack id or ts holds one).
     pub fn encode(&self) -> String {
         [&self.team, &self.channel, &self.ts, &self.thread].map(String::as_str).join("\t")
+    }
+
+    /// The conversation it is a turn of, as a key: `team:channel:thread` (see [`thread_key`]).
+    pub fn key(&self) -> String {
+        thread_key(&self.team, &self.channel, &self.thread)
     }
 
     /// `None` for anything but four non-empty, tab-free fields.
@@ -33,6 +43,21 @@ impl Conversation {
     }
 }
 
+/// A conversation's key, `team:channel:thread`.
+pub fn thread_key(team: &str, channel: &str, thread: &str) -> String {
+    format!("{team}:{channel}:{thread}")
+}
+
+/// The thread a message belongs to: its `thread_ts`; else, in a DM, the whole channel; else its
+/// own `ts` (a top-level message starts its thread).
+fn thread_of(m: &Message) -> String {
+    match (&m.thread_ts, m.direct) {
+        (Some(t), _) => t.clone(),
+        (None, true) => WHOLE_CHANNEL.to_string(),
+        (None, false) => m.ts.clone(),
+    }
+}
+
 /// The conversation of an event's message: a post or a thread broadcast (edits, deletions and
 /// other subtypes are about a message, not a turn of a conversation); `None` for the rest.
 pub fn conversation_of(d: &Delivery) -> Option<Conversation> {
@@ -40,8 +65,20 @@ pub fn conversation_of(d: &Delivery) -> Option<Conversation> {
     if !matches!(m.subtype.as_deref(), None | Some("thread_broadcast")) || m.team.is_empty() || m.channel.is_empty() {
         return None;
     }
-    let thread = m.thread_ts.clone().unwrap_or_else(|| m.ts.clone());
-    Some(Conversation { team: m.team.clone(), channel: m.channel.clone(), ts: m.ts.clone(), thread })
+    Some(Conversation { team: m.team.clone(), channel: m.channel.clone(), ts: m.ts.clone(), thread: thread_of(m) })
+}
+
+/// The key of the conversation an event's message belongs to, posts, edits and deletions alike
+/// (an edit or a deletion belongs to the thread of the message it changes): every delivery of
+/// one conversation lives on one shard, with its turn.
+pub fn conversation_key(d: &Delivery) -> Option<String> {
+    let m = d.message.as_ref().filter(|_| d.kind == Kind::Event)?;
+    let changes =
+        matches!(m.subtype.as_deref(), None | Some("thread_broadcast" | "message_changed" | "message_deleted"));
+    if !changes || m.team.is_empty() || m.channel.is_empty() || m.ts.is_empty() {
+        return None;
+    }
+    Some(thread_key(&m.team, &m.channel, &thread_of(m)))
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ async fn failover_run(name: &str, durability: &str) -> (usize, Vec<String>, Vec<
     let victim = cluster.owner_of(&format!("{{{}:bot:0}}:outbox", cfg.prefix));
     let replica = cluster.replica_of(victim);
     let owners: Vec<u16> = (0..6).map(|shard| cluster.owner_of(&format!("{{{}:bot:{shard}}}:x", cfg.prefix))).collect();
-    let on_victim = |id: &String| owners[usize::from(slackgate::outbox::shard_of(&format!("e:{id}"), 6))] == victim;
+    let on_victim = |id: &String| owners[usize::from(event_shard(id, 6))] == victim;
     // Frozen, and cut off: what the primary records from now on reaches no replica (a frozen
     // process's socket would still take the stream into its kernel buffer).
     cluster.signal(replica, "STOP");
@@ -183,7 +183,7 @@ async fn a_dead_primary_does_not_take_the_acks_of_the_other_shards() {
     let shards_on = |m: u16| owners.iter().filter(|o| **o == m).count();
     let dead = *owners.iter().min_by_key(|m| shards_on(**m)).unwrap();
     assert!(shards_on(dead) < 6, "all 6 shards on one primary: {owners:?}");
-    let on_dead = |id: &str| owners[usize::from(slackgate::outbox::shard_of(&format!("e:{id}"), 6))] == dead;
+    let on_dead = |id: &str| owners[usize::from(event_shard(id, 6))] == dead;
     let (mut stuck, mut healthy) = (Vec::new(), Vec::new());
     for i in 0..100_000 {
         let id = format!("EvFz{i:05}");

@@ -27,5 +27,6 @@ mod redis_locked;
 mod sentinel;
 mod sim;
 mod store_outage;
+mod turn_rules;
 mod turns;
 mod unsigned;

@@ -204,3 +204,46 @@ fn upstream_credentials_are_not_echoed() {
     assert_err(&err, "app[0].upstream");
     assert!(!err.to_string().contains("hunter2"), "{err}");
 }
+
+// ---------------------------------------------------------------- turns
+
+#[test]
+fn turns_are_off_by_default_and_end_by_reply_when_the_egress_is_on() {
+    let c = load(&app("a", "SG_T_TURNS_1", "")).unwrap();
+    assert_eq!(c.apps[0].turns, TurnsConfig::default());
+    assert!(!c.apps[0].turns.is_on());
+    let with_egress =
+        format!("[egress]\nlisten = \"127.0.0.1:0\"\n{}", app("a", "SG_T_TURNS_1", "turns = { order = \"queue\" }"));
+    let t = load(&with_egress).unwrap().apps[0].turns.clone();
+    assert_eq!((t.order, t.end, t.withhold_on_newer), (Order::Queue, End::Reply, false));
+    assert_eq!(
+        (t.quiet, t.pass_after, t.timeout),
+        (Duration::from_secs(3), Duration::from_secs(45), Duration::from_secs(180))
+    );
+    let without = load(&app("a", "SG_T_TURNS_1", "turns = { order = \"latest\" }")).unwrap();
+    assert_eq!((without.apps[0].turns.order, without.apps[0].turns.end), (Order::Latest, End::Answer));
+}
+
+#[test]
+fn turns_that_cannot_work_are_refused_with_the_key_named() {
+    let cases = [
+        ("turns = { order = \"queue\", end = \"reply\" }", "app[0].turns.end"),
+        ("turns = { order = \"off\", on_newer = \"withhold\" }", "app[0].turns.on_newer"),
+        ("turns = { on_newer = \"withhold\" }", "app[0].turns.on_newer"),
+        ("turns = { order = \"fifo\" }", "app[0].turns.order"),
+        ("turns = { order = \"queue\", end = \"done\" }", "app[0].turns.end"),
+        ("turns = { order = \"queue\", quiet = \"0s\" }", "app[0].turns.quiet"),
+        ("turns = { order = \"queue\", timeout = \"soon\" }", "app[0].turns.timeout"),
+    ];
+    for (extra, key) in cases {
+        assert_err(&load_err(&app("a", "SG_T_TURNS_2", extra)), key);
+    }
+    let withhold = format!(
+        "[egress]\nlisten = \"127.0.0.1:0\"\n{}",
+        app("a", "SG_T_TURNS_2", "turns = { order = \"queue\", on_newer = \"withhold\", quiet = \"1s\" }")
+    );
+    let t = load(&withhold).unwrap().apps[0].turns.clone();
+    assert!(t.withhold_on_newer && t.quiet == Duration::from_secs(1));
+    let unknown = load_err(&app("a", "SG_T_TURNS_2", "turns = { order = \"queue\", when = \"now\" }"));
+    assert_eq!(unknown.key, "(toml)", "{unknown}");
+}

@@ -54,15 +54,32 @@ pub fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
     format!("v0={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// An Events API envelope for `event_id`.
+/// An Events API envelope for `event_id`: a mention of its own, at a `ts` of its own (see
+/// [`event_ts`]), so that events of different ids are different messages (and conversations).
 pub fn event(event_id: &str) -> Vec<u8> {
     serde_json::json!({
         "token": "x", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
         "event_id": event_id, "event_time": 1700000000,
-        "event": {"type": "app_mention", "user": "U1", "text": "<@B1> hi", "channel": "C1", "ts": "1700000000.000100"}
+        "event": {"type": "app_mention", "user": "U1", "text": "<@B1> hi", "channel": "C1", "ts": event_ts(event_id)}
     })
     .to_string()
     .into_bytes()
+}
+
+/// The message `ts` of [`event`]`(event_id)`: a hash of the id (FNV-1a), unique enough.
+pub fn event_ts(event_id: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in event_id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{}.{:06}", 1_600_000_000 + h % 100_000_000, (h >> 32) % 1_000_000)
+}
+
+/// The shard of [`event`]`(event_id)` over `shards`: its conversation's (a top-level message of
+/// channel C1 starts its own thread).
+pub fn event_shard(event_id: &str, shards: u16) -> u16 {
+    slackgate::outbox::shard_of(&format!("c:T1:C1:{}", event_ts(event_id)), shards)
 }
 
 /// One HTTP request as Slack (or an attacker) would send it.

@@ -1,0 +1,363 @@
+//! Turns: one delivery of a conversation with the bot at a time (`turns` of an app). A
+//! conversation's turn, its held deliveries and those deliveries' records share the shard's
+//! hash tag (a conversation picks its shard), so every step is one atomic script:
+//!
+//! - a worker that leases a delivery of a conversation whose turn another delivery holds puts
+//!   it to wait, off the stream (`LOAD`);
+//! - the delivery's end — the bot's 2xx, or its refusal — ends the turn or starts its wait for
+//!   the bot's replies (`FINISH`);
+//! - the egress's writes of the turn renew it, close it, or are withheld when a newer message
+//!   waits (`TURN_WRITE`);
+//! - the housekeeping ends turns that are due: timed out, passed, quiet after replies, or whose
+//!   delivery was cancelled (`TURN_DUE`).
+//!
+//! Ending a turn hands it to the next held delivery (the oldest; with `latest` the newest, the
+//! rest superseded) and puts that one on the stream. A turn is a deadline in the shard's turn
+//! index, never a lock: a gateway that dies mid-turn holds nothing past it.
+//!
+//! Keys, under the shard's tag: `…:tn:<conversation>` the turn (`d` holder, `ts` its message,
+//! `at` begun, `ok` answered, `w` writes, `lw` last write, `x` cancelled) · `…:tq:<conversation>`
+//! its held deliveries by message ts · `…:turns` turn deadlines · `…:held` every held delivery ·
+//! `…:waiting` conversations with deliveries held · `…:superseded` (a capped stream) and
+//! `…:superseded:n` (a counter) of the deliveries `latest` passed over.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use super::{scripts, Conn, ShardKeys, Store, StoreError};
+use crate::config::{End, Order, TurnsConfig};
+
+/// How a turn ended, as the `turns_total` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The bot wrote to the conversation, then was quiet (or closed its stream).
+    Reply,
+    /// The bot's 2xx (`end = "answer"`).
+    Answer,
+    /// The bot refused the delivery for good (a final 4xx, a dead letter).
+    Refused,
+    /// The bot answered and wrote nothing within `pass_after`.
+    Passed,
+    Timeout,
+    /// Its write was withheld: a newer message of the conversation waits.
+    Superseded,
+    /// Its delivery was cancelled (its message deleted) before it was sent.
+    Cancelled,
+    /// The app's `order` was turned off.
+    Off,
+}
+
+impl TurnEnd {
+    pub const ALL: [TurnEnd; 8] = [
+        TurnEnd::Reply,
+        TurnEnd::Answer,
+        TurnEnd::Refused,
+        TurnEnd::Passed,
+        TurnEnd::Timeout,
+        TurnEnd::Superseded,
+        TurnEnd::Cancelled,
+        TurnEnd::Off,
+    ];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            TurnEnd::Reply => "reply",
+            TurnEnd::Answer => "answer",
+            TurnEnd::Refused => "refused",
+            TurnEnd::Passed => "passed",
+            TurnEnd::Timeout => "timeout",
+            TurnEnd::Superseded => "superseded",
+            TurnEnd::Cancelled => "cancelled",
+            TurnEnd::Off => "off",
+        }
+    }
+
+    fn parse(text: &str) -> Option<TurnEnd> {
+        TurnEnd::ALL.into_iter().find(|e| e.as_label() == text)
+    }
+}
+
+/// A turn that ended: how, after how long, the delivery it went to next (now on the stream),
+/// and the deliveries `latest` superseded on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnEnded {
+    pub how: TurnEnd,
+    pub lasted: Duration,
+    pub next: Option<String>,
+    pub superseded: Vec<String>,
+}
+
+impl TurnEnded {
+    /// From a script's `{how, duration ms, released id, {superseded ids}}`.
+    fn from_reply(parts: &[Value]) -> Result<TurnEnded, StoreError> {
+        let text = |v: &Value| -> String { redis::from_redis_value::<String>(v.clone()).unwrap_or_default() };
+        let bad = || StoreError::Protocol(format!("a turn's end: {parts:?}"));
+        let [how, ms, next, superseded] = parts else { return Err(bad()) };
+        let how = TurnEnd::parse(&text(how)).ok_or_else(bad)?;
+        let ms: u64 = redis::from_redis_value(ms.clone()).unwrap_or(0);
+        let next = Some(text(next)).filter(|n| !n.is_empty());
+        let superseded: Vec<String> = redis::from_redis_value(superseded.clone()).unwrap_or_default();
+        Ok(TurnEnded { how, lasted: Duration::from_millis(ms), next, superseded })
+    }
+}
+
+/// An app's turns as the scripts take them.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnRules {
+    pub order: Order,
+    pub end: End,
+    pub quiet: Duration,
+    pub pass_after: Duration,
+    pub timeout: Duration,
+}
+
+impl TurnRules {
+    /// `None` for an app that takes no turns.
+    pub fn of(t: &TurnsConfig) -> Option<TurnRules> {
+        t.is_on().then_some(TurnRules {
+            order: t.order,
+            end: t.end,
+            quiet: t.quiet,
+            pass_after: t.pass_after,
+            timeout: t.timeout,
+        })
+    }
+
+    fn ms(d: Duration) -> u64 {
+        d.as_millis() as u64
+    }
+}
+
+/// What a write of a conversation is to its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// A new answer (a post, a stream's start): withheld when a newer message waits.
+    Post,
+    /// A change to a message already posted (an update, an append, a delete): always goes.
+    Continue,
+    /// The end of a reply (`chat.stopStream`): ends the turn.
+    Close,
+    /// A status ("is thinking…"): keeps the turn, never withheld.
+    Status,
+}
+
+impl WriteKind {
+    fn as_arg(self) -> &'static str {
+        match self {
+            WriteKind::Post => "post",
+            WriteKind::Continue => "continue",
+            WriteKind::Close => "close",
+            WriteKind::Status => "status",
+        }
+    }
+}
+
+/// A write, as its turn judged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnVerdict {
+    /// Withheld: a newer message of the conversation waits (or holds the turn already).
+    pub withhold: bool,
+    /// The turn it ended, if it did.
+    pub ended: Option<TurnEnded>,
+}
+
+/// A delivery `latest` passed over, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Superseded {
+    pub id: String,
+    pub delivery: String,
+    /// The newer delivery that was sent instead.
+    pub by: String,
+    pub at_ms: u64,
+    pub team: String,
+    pub channel: String,
+    pub ts: String,
+    pub thread: String,
+}
+
+struct Scripts {
+    write: Script,
+    due: Script,
+}
+
+static SCRIPTS: LazyLock<Scripts> =
+    LazyLock::new(|| Scripts { write: Script::new(scripts::TURN_WRITE), due: Script::new(scripts::TURN_DUE) });
+
+/// The turns of one deployment's shards, for the egress (which knows a write's delivery, and
+/// from it the shard, but holds no outbox store).
+#[derive(Clone)]
+pub struct Turns {
+    conn: Conn,
+    prefix: Arc<str>,
+}
+
+impl Turns {
+    pub fn new(conn: Conn, prefix: &str) -> Self {
+        Turns { conn, prefix: prefix.into() }
+    }
+
+    /// A write attributed to `delivery` (whose message is `ts`) of `conversation`, the turn of
+    /// app `app` on the shard the delivery id names.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write(
+        &self,
+        app: &str,
+        delivery: &str,
+        conversation: &str,
+        ts: &str,
+        kind: WriteKind,
+        withhold_on_newer: bool,
+        rules: &TurnRules,
+        now_ms: u64,
+    ) -> Result<TurnVerdict, StoreError> {
+        let shard = delivery.split_once('-').and_then(|(s, _)| s.parse::<u16>().ok()).unwrap_or(0);
+        let keys = ShardKeys::new(&self.prefix, app, shard);
+        let reply: Vec<Value> = SCRIPTS
+            .write
+            .key(keys.turn_index())
+            .arg(&keys.tag)
+            .arg(conversation)
+            .arg(delivery)
+            .arg(ts)
+            .arg(kind.as_arg())
+            .arg(now_ms)
+            .arg(u8::from(withhold_on_newer))
+            .arg(TurnRules::ms(rules.quiet))
+            .arg(TurnRules::ms(rules.timeout))
+            .arg(rules.order.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let verdict = reply.first().map(|v| redis::from_redis_value::<String>(v.clone()).unwrap_or_default());
+        let ended = match reply.get(1) {
+            Some(Value::BulkString(how)) if !how.is_empty() => Some(TurnEnded::from_reply(&reply[1..])?),
+            _ => None,
+        };
+        Ok(TurnVerdict { withhold: verdict.as_deref() == Some("withhold"), ended })
+    }
+}
+
+impl ShardKeys {
+    /// The shard's turn deadlines.
+    pub fn turn_index(&self) -> String {
+        format!("{}:turns", self.tag)
+    }
+
+    /// The conversations with deliveries held.
+    pub fn turns_waiting(&self) -> String {
+        format!("{}:waiting", self.tag)
+    }
+
+    pub fn held(&self) -> String {
+        format!("{}:held", self.tag)
+    }
+
+    pub fn superseded(&self) -> String {
+        format!("{}:superseded", self.tag)
+    }
+
+    pub fn superseded_count(&self) -> String {
+        format!("{}:superseded:n", self.tag)
+    }
+}
+
+impl Store {
+    /// The turns of this store's deployment (`prefix`), for the egress.
+    pub fn turns(&self, prefix: &str) -> Turns {
+        Turns::new(self.conn.clone(), prefix)
+    }
+
+    /// End the turns of a shard that are due (all of them, and release everything held, when
+    /// `rules` is `None`: the app takes no turns, or no longer does). At most `max` per call.
+    pub async fn turns_due(
+        &self,
+        keys: &ShardKeys,
+        rules: Option<&TurnRules>,
+        now_ms: u64,
+        max: usize,
+    ) -> Result<Vec<TurnEnded>, StoreError> {
+        let (order, timeout) = match rules {
+            Some(r) => (r.order.as_str(), TurnRules::ms(r.timeout)),
+            None => (Order::Off.as_str(), 0),
+        };
+        let reply: Vec<Vec<Value>> = SCRIPTS
+            .due
+            .key(keys.turn_index())
+            .key(keys.turns_waiting())
+            .arg(&keys.tag)
+            .arg(now_ms)
+            .arg(order)
+            .arg(timeout)
+            .arg(max)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        reply.iter().map(|parts| TurnEnded::from_reply(parts)).collect()
+    }
+
+    /// The latest deliveries `latest` superseded on a shard, newest first.
+    pub async fn superseded(&self, keys: &ShardKeys, count: usize) -> Result<Vec<Superseded>, StoreError> {
+        let entries: Vec<(String, HashMap<String, String>)> = redis::cmd("XREVRANGE")
+            .arg(keys.superseded())
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(count)
+            .query_async::<redis::streams::StreamRangeReply>(&mut self.conn.clone())
+            .await?
+            .ids
+            .into_iter()
+            .map(|e| {
+                let fields =
+                    e.map.iter().map(|(k, v)| (k.clone(), redis::from_redis_value(v.clone()).unwrap_or_default()));
+                (e.id, fields.collect())
+            })
+            .collect();
+        Ok(entries
+            .into_iter()
+            .map(|(id, f)| {
+                let get = |k: &str| f.get(k).cloned().unwrap_or_default();
+                let cv = crate::slack::Conversation::decode(&get("cv"));
+                let (team, channel, ts, thread) = match cv {
+                    Some(c) => (c.team, c.channel, c.ts, c.thread),
+                    None => Default::default(),
+                };
+                Superseded {
+                    id,
+                    delivery: get("d"),
+                    by: get("by"),
+                    at_ms: get("at").parse().unwrap_or(0),
+                    team,
+                    channel,
+                    ts,
+                    thread,
+                }
+            })
+            .collect())
+    }
+}
+
+/// The arguments `FINISH` takes for an app's turns (`''` and zeros for none).
+pub(super) fn finish_args(rules: Option<&TurnRules>) -> (&'static str, &'static str, u64, u64, u64) {
+    match rules {
+        None => ("", "", 0, 0, 0),
+        Some(r) => (
+            r.order.as_str(),
+            r.end.as_str(),
+            TurnRules::ms(r.quiet),
+            TurnRules::ms(r.pass_after),
+            TurnRules::ms(r.timeout),
+        ),
+    }
+}
+
+/// A `FINISH` reply: fenced out (`None`), or done, with the turn it ended if it did.
+pub(super) fn finished(reply: Value) -> Result<Option<Option<TurnEnded>>, StoreError> {
+    match reply {
+        Value::Int(0) => Ok(None),
+        Value::Int(_) => Ok(Some(None)),
+        Value::Array(parts) if parts.len() == 5 => Ok(Some(Some(TurnEnded::from_reply(&parts[1..])?))),
+        other => Err(StoreError::Protocol(format!("FINISH answered {other:?}"))),
+    }
+}

@@ -1,0 +1,232 @@
+//! Turns against a plain HTTP bot (a receiver that answers after a delay): the rules that hold
+//! whatever the bot is — one delivery of a conversation at a time, in `ts` order, across two
+//! gateways on one Redis; other conversations in parallel; `latest` superseding what waited,
+//! listed; a held delivery cancelled by its deletion; `order` turned off releasing what was
+//! held. The Bolt apps' view of turns (replies through the egress) is in `turns`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::utils::*;
+
+/// A human message `ts` in `channel`, in the thread `thread` (a top-level one when `None`).
+fn message(event_id: &str, channel: &str, ts: &str, thread: Option<&str>) -> Vec<u8> {
+    let mut event = serde_json::json!({
+        "type": "message", "user": "U1", "text": format!("question {ts}"), "channel": channel,
+        "channel_type": "channel", "ts": ts,
+    });
+    if let Some(t) = thread {
+        event["thread_ts"] = t.into();
+    }
+    serde_json::json!({
+        "token": "x", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
+        "event_id": event_id, "event_time": 1700000000, "event": event,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn deletion(event_id: &str, channel: &str, ts: &str, thread: &str) -> Vec<u8> {
+    serde_json::json!({
+        "token": "x", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
+        "event_id": event_id, "event_time": 1700000000,
+        "event": {"type": "message", "subtype": "message_deleted", "channel": channel, "ts": "1700000099.000100",
+            "deleted_ts": ts, "previous_message": {"ts": ts, "thread_ts": thread, "user": "U1"}},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+async fn post(port: u16, body: Vec<u8>) {
+    let (status, _) = send(port, Req::signed("/slack/events", body, SECRET)).await;
+    assert_eq!(status, 200);
+}
+
+/// The `ts` of each message the bot received, in order of arrival, with when it arrived.
+fn arrivals(bot: &Receiver) -> Vec<(String, f64)> {
+    bot.received()
+        .iter()
+        .filter_map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+            Some((v["event"]["ts"].as_str()?.to_string(), r.at))
+        })
+        .collect()
+}
+
+fn arrival(bot: &Receiver, ts: &str) -> Option<f64> {
+    arrivals(bot).into_iter().find(|(t, _)| t == ts).map(|(_, at)| at)
+}
+
+/// `GET path` on the admin port: status and body.
+async fn admin_get(admin_port: u16, path: &str) -> (u16, String) {
+    let mut req = Req::signed(path, Vec::new(), SECRET);
+    req.method = "GET";
+    req.headers.clear();
+    let (status, body) = send(admin_port, req).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+const SLOW: Duration = Duration::from_millis(1500);
+
+fn config(redis: &RedisServer, name: &str, bot: &Receiver, order: &str) -> GatewayConfig {
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
+    cfg.delivery = r#"{ timeout = "5s", retry_initial = "100ms", retry_max = "400ms", lease = "11s" }"#.into();
+    cfg.app = format!("turns = {{ order = \"{order}\", end = \"answer\", timeout = \"30s\" }}");
+    cfg.redis = "shards = 4".into();
+    cfg
+}
+
+async fn turns_ended(gw: &Gateway, how: &str, at_least: f64) -> bool {
+    let series = format!("slackgate_turns_total{{app=\"bot\",ended=\"{how}\"}}");
+    metric_reaches(gw.admin_port, &series, at_least, Duration::from_secs(15)).await
+}
+
+#[tokio::test]
+async fn a_threads_messages_reach_the_bot_one_turn_at_a_time_and_other_threads_go_on() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    bot.set_default(Reply::status(200).delay(SLOW));
+    let cfg = config(&redis, "turnsqueue", &bot, "queue");
+    let (one, two) = (Gateway::start(&cfg).await, Gateway::start(&cfg).await);
+    // Three messages of one thread, the later ones through the other gateway, and one of
+    // another thread.
+    post(one.port, message("Ev1", "C1", "1700000001.000100", None)).await;
+    assert!(eventually(Duration::from_secs(10), || arrival(&bot, "1700000001.000100").is_some()).await);
+    post(two.port, message("Ev3", "C1", "1700000003.000100", Some("1700000001.000100"))).await;
+    post(two.port, message("Ev2", "C1", "1700000002.000100", Some("1700000001.000100"))).await;
+    post(one.port, message("Ev9", "C2", "1700000009.000100", None)).await;
+    let all = ["1700000001.000100", "1700000002.000100", "1700000003.000100", "1700000009.000100"];
+    let arrived = eventually(Duration::from_secs(20), || all.iter().all(|ts| arrival(&bot, ts).is_some())).await;
+    assert!(arrived, "{:?}\n{}\n{}", arrivals(&bot), one.log(), two.log());
+    let at = |ts: &str| arrival(&bot, ts).unwrap();
+    let (first, second, third, other) =
+        (at("1700000001.000100"), at("1700000002.000100"), at("1700000003.000100"), at("1700000009.000100"));
+    let gap = SLOW.as_secs_f64() - 0.1;
+    assert!(second - first >= gap, "the thread's second message waited for the first's answer: {:?}", arrivals(&bot));
+    assert!(third - second >= gap, "and the third, in ts order, for the second's: {:?}", arrivals(&bot));
+    assert!(other - first < gap, "another thread did not wait: {:?}", arrivals(&bot));
+    assert_eq!(bot.count(), 4, "each delivered once");
+    assert!(turns_ended(&one, "answer", 1.0).await || turns_ended(&two, "answer", 1.0).await);
+    one.wait_idle().await;
+}
+
+#[tokio::test]
+async fn latest_delivers_the_newest_of_what_waited_and_lists_the_rest() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    bot.set_default(Reply::status(200).delay(SLOW));
+    let gw = Gateway::start(&config(&redis, "turnslatest", &bot, "latest")).await;
+    let thread = Some("1700000001.000100");
+    post(gw.port, message("Ev1", "C1", "1700000001.000100", None)).await;
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 1).await);
+    for (id, ts) in [("Ev2", "1700000002.000100"), ("Ev3", "1700000003.000100"), ("Ev4", "1700000004.000100")] {
+        post(gw.port, message(id, "C1", ts, thread)).await;
+    }
+    assert!(eventually(Duration::from_secs(15), || bot.count() == 2).await, "{:?}", arrivals(&bot));
+    gw.wait_idle().await;
+    let got: Vec<String> = arrivals(&bot).into_iter().map(|(ts, _)| ts).collect();
+    assert_eq!(got, ["1700000001.000100", "1700000004.000100"], "the first, then only the newest");
+    let series = "slackgate_turn_superseded_total{app=\"bot\"}";
+    assert!(metric_reaches(gw.admin_port, series, 2.0, Duration::from_secs(5)).await);
+    let (status, body) = admin_get(gw.admin_port, "/superseded?app=bot").await;
+    assert_eq!(status, 200, "{body}");
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    let mut ts: Vec<&str> = listed.iter().map(|s| s["ts"].as_str().unwrap()).collect();
+    ts.sort();
+    assert_eq!(ts, ["1700000002.000100", "1700000003.000100"], "{body}");
+    assert!(listed.iter().all(|s| s["thread"] == "1700000001.000100" && !s["by"].as_str().unwrap().is_empty()));
+    let stats = outbox_stats(gw.admin_port, None).await;
+    assert_eq!(stats[0]["superseded"], 2, "{stats}");
+}
+
+#[tokio::test]
+async fn a_held_delivery_whose_message_is_deleted_is_cancelled_and_the_thread_goes_on() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    bot.set_default(Reply::status(200).delay(SLOW));
+    let mut cfg = config(&redis, "turnscancel", &bot, "queue");
+    cfg.app.push_str("\ndedupe = { message = true, cancel_on_delete = true }");
+    let gw = Gateway::start(&cfg).await;
+    let thread = Some("1700000001.000100");
+    post(gw.port, message("Ev1", "C1", "1700000001.000100", None)).await;
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 1).await);
+    post(gw.port, message("Ev2", "C1", "1700000002.000100", thread)).await;
+    post(gw.port, message("Ev3", "C1", "1700000003.000100", thread)).await;
+    let held = until(Duration::from_secs(10), async || outbox_stats(gw.admin_port, None).await[0]["held"] == 2).await;
+    assert!(held, "{}", outbox_stats(gw.admin_port, None).await);
+    post(gw.port, deletion("Ev4", "C1", "1700000002.000100", "1700000001.000100")).await;
+    gw.wait_idle().await;
+    // The deletion itself is an event of the thread (not a turn: it is not held).
+    let got: Vec<String> =
+        arrivals(&bot).into_iter().map(|(ts, _)| ts).filter(|ts| ts != "1700000099.000100").collect();
+    assert_eq!(got, ["1700000001.000100", "1700000003.000100"], "the deleted one never reached the bot");
+}
+
+#[tokio::test]
+async fn turning_order_off_releases_every_held_delivery() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    // The first answer takes long: everything after it in the thread is held.
+    bot.push(Reply::status(200).delay(Duration::from_secs(8)));
+    let mut cfg = config(&redis, "turnsoff", &bot, "queue");
+    cfg.delivery = r#"{ timeout = "10s", retry_initial = "100ms", retry_max = "400ms", lease = "21s" }"#.into();
+    let gw = Gateway::start(&cfg).await;
+    let thread = Some("1700000001.000100");
+    post(gw.port, message("Ev1", "C1", "1700000001.000100", None)).await;
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 1).await);
+    for (id, ts) in [("Ev2", "1700000002.000100"), ("Ev3", "1700000003.000100")] {
+        post(gw.port, message(id, "C1", ts, thread)).await;
+    }
+    let held = until(Duration::from_secs(10), async || outbox_stats(gw.admin_port, None).await[0]["held"] == 2).await;
+    assert!(held, "{}", outbox_stats(gw.admin_port, None).await);
+    cfg.app = String::new();
+    gw.rewrite(&cfg);
+    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
+        .arg("reload")
+        .arg("--pid-file")
+        .arg(gw.pid_file())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Released while the first is still being answered: nothing waits for it any more.
+    assert!(eventually(Duration::from_secs(6), || bot.count() == 3).await, "{:?}\n{}", arrivals(&bot), gw.log());
+    assert!(turns_ended(&gw, "off", 1.0).await, "{}", gw.log());
+    gw.wait_idle().await;
+}
+
+/// An upgrade with `shards > 1`: a version before turns put a delivery on its receipt's shard;
+/// this one puts it on its conversation's. A Slack retry of a delivery the earlier version
+/// recorded still finds its receipt there and is absorbed.
+#[tokio::test]
+async fn a_retry_across_the_upgrade_finds_the_receipt_an_earlier_version_recorded() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let cfg = config(&redis, "turnsupgrade", &bot, "off");
+    // An id whose receipt's shard is not its conversation's.
+    let moved = (0..100)
+        .map(|i| format!("EvUp{i}"))
+        .find(|id| slackgate::outbox::shard_of(&format!("e:{id}"), 4) != event_shard(id, 4));
+    let (moved, fresh) = (moved.unwrap(), "EvUpFresh".to_string());
+    let earlier = slackgate::outbox::shard_of(&format!("e:{moved}"), 4);
+    // What the earlier version left: its register, and the receipt of the delivery it took.
+    let mut conn = redis.conn();
+    let _: () =
+        redis::cmd("HSET").arg(format!("{{{}}}:shards", cfg.prefix)).arg("bot").arg(4).query(&mut conn).unwrap();
+    let receipt = format!("{{{}:bot:{earlier}}}:r:e:{moved}", cfg.prefix);
+    let _: () = redis::cmd("SET").arg(&receipt).arg(format!("{earlier}-00000000000000aa")).query(&mut conn).unwrap();
+    let gw = Gateway::start(&cfg).await;
+    let retry = Req::signed("/slack/events", event(&moved), SECRET).header("X-Slack-Retry-Num", "1");
+    assert_eq!(send(gw.port, retry).await.0, 200);
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event(&fresh), SECRET)).await.0, 200);
+    let duplicate = "slackgate_requests_total{app=\"bot\",kind=\"event\",outcome=\"duplicate\"}";
+    assert!(metric_reaches(gw.admin_port, duplicate, 1.0, Duration::from_secs(5)).await, "{}", gw.log());
+    gw.wait_idle().await;
+    assert_eq!(bot.count_body(&moved), 0, "the earlier version's delivery is not delivered again");
+    assert_eq!(bot.count_body(&fresh), 1);
+    // This version's own receipts, claimed on the earlier shard as well, are no duplicates of
+    // themselves: a retry of a new delivery is absorbed by its own record.
+    let again = Req::signed("/slack/events", event(&fresh), SECRET).header("X-Slack-Retry-Num", "1");
+    assert_eq!(send(gw.port, again).await.0, 200);
+    gw.wait_idle().await;
+    assert_eq!(bot.count_body(&fresh), 1);
+}
