@@ -308,7 +308,31 @@ impl Rig {
         }
         let calls: Vec<String> =
             self.slack.calls().iter().map(|c| format!("{} {}", c.method, String::from_utf8_lossy(&c.body))).collect();
-        s + &format!("--- Slack API calls ---\n{}\n", calls.join("\n"))
+        s + &format!("--- Slack API calls ---\n{}\n--- Redis ---\n{}", calls.join("\n"), self.redis_dump())
+    }
+
+    /// Every key in Redis with what it holds (for a failure's message).
+    fn redis_dump(&self) -> String {
+        let Ok(mut c) = redis::Client::open(self.redis.url()).and_then(|c| c.get_connection()) else {
+            return "(no connection)".into();
+        };
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap_or_default();
+        keys.sort();
+        let mut out = String::new();
+        for key in keys {
+            let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap_or_default();
+            let what: redis::RedisResult<redis::Value> = match kind.as_str() {
+                "string" => redis::cmd("GET").arg(&key).query(&mut c),
+                "hash" => redis::cmd("HGETALL").arg(&key).query(&mut c),
+                "zset" => redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).arg("WITHSCORES").query(&mut c),
+                "set" => redis::cmd("SMEMBERS").arg(&key).query(&mut c),
+                "stream" => redis::cmd("XPENDING").arg(&key).arg("slackgate").arg("-").arg("+").arg(20).query(&mut c),
+                _ => Ok(redis::Value::Nil),
+            };
+            let what: String = format!("{what:?}").chars().take(400).collect();
+            out += &format!("{key} ({kind}): {what}\n");
+        }
+        out
     }
 }
 
@@ -476,19 +500,36 @@ async fn a_stalled_turn_ends_at_the_timeout(kind: Bolt, ack: Ack) {
 // ---------------------------------------------------------------------------------------------
 // 8. A gateway killed mid-turn and restarted, and two gateways on one Redis: order holds.
 
-async fn order_holds_across_a_gateway_killed_mid_turn(kind: Bolt, ack: Ack) {
-    let mut rig = Rig::start(kind, ack, "kill", turns("queue", "post", "1s", ack), 3.0).await;
+/// kill -9 while A's turn runs and B is held (`held_first`), or at once after B's ack (B may
+/// then be in the killed gateway's hands, leased); the same config comes back on new ports and
+/// C comes to it. Order holds: A, B, C, one at a time.
+async fn order_holds_across_a_gateway_killed(kind: Bolt, ack: Ack, held_first: bool) {
+    let name = if held_first { "killheld" } else { "killacked" };
+    let mut rig = Rig::start(kind, ack, name, turns("queue", "post", "1s", ack), 2.0).await;
     let (a, b, c) = (rig.top(1, "deploy it"), rig.reply(1, 2, "to staging"), rig.reply(1, 3, "and tell me"));
     rig.send(0, &a).await;
     rig.wait("start", &a, Duration::from_secs(10)).await;
     rig.send(0, &b).await;
-    // kill -9 while A's turn runs and B waits; the same config comes back on new ports.
+    if held_first {
+        let admin = rig.gws[0].admin_port;
+        let held = until(Duration::from_secs(10), async || outbox_stats(admin, None).await[0]["held"] == 1).await;
+        assert!(held, "B is held while A's turn runs\n{}", rig.logs());
+    }
     rig.gws[0].restart().await;
     rig.relay.point_at(&[rig.gws[0].egress_port]);
     rig.send(0, &c).await;
+    rig.wait("answered", &b, Duration::from_secs(40)).await;
     rig.wait("answered", &c, Duration::from_secs(40)).await;
     assert_eq!(rig.bot.seen(), one_at_a_time(&[&a, &b, &c]), "one turn at a time\n{}", rig.logs());
     assert_eq!(rig.posts_in("C1", Some(&a.ts)), [a.answer(), b.answer(), c.answer()], "{}", rig.logs());
+}
+
+async fn order_holds_across_a_gateway_killed_mid_turn(kind: Bolt, ack: Ack) {
+    order_holds_across_a_gateway_killed(kind, ack, true).await
+}
+
+async fn order_holds_across_a_gateway_killed_right_after_an_ack(kind: Bolt, ack: Ack) {
+    order_holds_across_a_gateway_killed(kind, ack, false).await
 }
 
 async fn order_holds_across_two_gateways(kind: Bolt, ack: Ack) {
@@ -507,7 +548,8 @@ async fn order_holds_across_two_gateways(kind: Bolt, ack: Ack) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 9. Redis restarts mid-turn: order holds and nothing is lost.
+// 9. Redis restarts mid-turn (an operator's restart, which loses nothing Redis acknowledged):
+// order holds and nothing is lost.
 
 async fn order_holds_across_a_redis_restart(kind: Bolt, ack: Ack) {
     let mut rig = Rig::start(kind, ack, "redis", turns("queue", "post", "1s", ack), 2.0).await;
@@ -515,7 +557,7 @@ async fn order_holds_across_a_redis_restart(kind: Bolt, ack: Ack) {
     rig.send(0, &a).await;
     rig.wait("start", &a, Duration::from_secs(10)).await;
     rig.send(0, &b).await;
-    rig.redis.restart();
+    rig.redis.restart_graceful();
     rig.wait("answered", &b, Duration::from_secs(40)).await;
     assert_eq!(rig.bot.seen(), one_at_a_time(&[&a, &b]), "one turn at a time\n{}", rig.logs());
     assert_eq!(rig.posts_in("C1", Some(&a.ts)), [a.answer(), b.answer()], "each answered once\n{}", rig.logs());
@@ -578,6 +620,10 @@ scenario!(a_stalled_turn_ends_at_the_timeout:
 scenario!(order_holds_across_a_gateway_killed_mid_turn:
     python_gateway_killed_ack_first => Python, First;
     js_gateway_killed_ack_first => Js, First;
+);
+scenario!(order_holds_across_a_gateway_killed_right_after_an_ack:
+    python_gateway_killed_after_an_ack_ack_first => Python, First;
+    js_gateway_killed_after_an_ack_ack_first => Js, First;
 );
 scenario!(order_holds_across_two_gateways:
     python_two_gateways_ack_first => Python, First;

@@ -20,6 +20,7 @@ second for ten minutes: a bot stuck mid-turn that keeps writing.
 import logging
 import os
 import sys
+import threading
 import time
 from http.client import RemoteDisconnected
 from socketserver import ThreadingMixIn
@@ -40,8 +41,14 @@ ACK_FIRST = os.environ.get("ACK_FIRST", "1") == "1"
 ANSWER_DELAY = float(os.environ.get("ANSWER_DELAY", "1"))
 
 
+PRINTING = threading.Lock()
+
+
 def handled(line: str) -> None:
-    print(f"HANDLED {line}", flush=True)
+    # One whole line at a time: listeners run on several threads.
+    with PRINTING:
+        sys.stdout.write(f"HANDLED {line}\n")
+        sys.stdout.flush()
 
 
 def authorize(enterprise_id, team_id, user_id, logger):
