@@ -501,8 +501,9 @@ async fn a_stalled_turn_ends_at_the_timeout(kind: Bolt, ack: Ack) {
 // 8. A gateway killed mid-turn and restarted, and two gateways on one Redis: order holds.
 
 /// kill -9 while A's turn runs and B is held (`held_first`), or at once after B's ack (B may
-/// then be in the killed gateway's hands, leased); the same config comes back on new ports and
-/// C comes to it. Order holds: A, B, C, one at a time.
+/// then be in the killed gateway's hands: read from the stream, leased, not yet put to wait);
+/// the same config comes back on new ports and C comes to it. Order holds: A, B, C, one at a
+/// time — also when B's lease has to run out before anyone sees it again.
 async fn order_holds_across_a_gateway_killed(kind: Bolt, ack: Ack, held_first: bool) {
     let name = if held_first { "killheld" } else { "killacked" };
     let mut rig = Rig::start(kind, ack, name, turns("queue", "post", "1s", ack), 2.0).await;
