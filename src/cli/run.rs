@@ -119,7 +119,7 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
         server.add_service(admin);
     }
     if let Some(addr) = &config.egress.listen {
-        let egress = Egress::new(Arc::new(config.clone()), shared.clone(), redis.clone());
+        let egress = Egress::new(Arc::new(config.clone()), live.clone(), shared.clone(), redis.clone());
         let mut service = Service::new("egress".into(), Guarded::uncounted(egress, config.server.limits));
         service.add_tcp(addr);
         server.add_service(service);

@@ -12,7 +12,7 @@ use super::Shard;
 use crate::attempt::{self, Attempted, InlineOutcome, ReplyTo};
 use crate::clock::now_ms;
 use crate::drain::Work;
-use crate::outbox::{self, Conversations, Finish, Kept, Lease, Loaded, StoreOp, Stored};
+use crate::outbox::{self, Conversations, Finish, Finished, Kept, Lease, Loaded, StoreOp, Stored};
 use crate::policy::{self, Outcome, Verdict};
 use crate::slack::{Conversation, Kind};
 
@@ -230,7 +230,7 @@ async fn usable(s: &Shard, lease: &Lease, loaded: Loaded) -> Option<Box<Stored>>
             None
         }
         Loaded::Held => {
-            info!(target: "slackgate::audit", delivery = %lease.delivery, "turn held");
+            info!(target: "slackgate::audit", app = %s.app.name, delivery = %lease.delivery, "turn held");
             None
         }
         Loaded::LeaseLost => {
@@ -261,7 +261,7 @@ async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempte
         _ => 0,
     };
     match s.store.finish_in_turn(&s.keys, &s.consumer, lease, how, s.turns.as_ref()).await {
-        Ok(Some(turn)) => {
+        Ok(Finished::Recorded(turn)) => {
             if let Some(ended) = &turn {
                 s.turn_ended(ended);
             }
@@ -280,7 +280,7 @@ async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempte
                 attempt::late_reply(&s.client, &s.shared.metrics, app, &to, resp).await;
             }
         }
-        Ok(None) => {
+        Ok(Finished::Fenced) => {
             s.shared.metrics.fence_rejections.with_label_values(&[app]).inc();
             warn!(
                 attempt = number,

@@ -47,8 +47,13 @@ impl Egress {
         let who = self.slack.identity(th, token).await?;
         let mut to = Target { store, who, channel, source: None };
         // Outside a thread, a write answers a DM's latest message (there the conversation is
-        // the channel); in any other channel nothing matches.
-        let thread = w.call.fields.thread().unwrap_or(crate::slack::WHOLE_CHANNEL);
+        // the channel); in any other channel nothing matches, so only a channel that may be a
+        // DM (`D…`, or a group DM's `G…`) is looked up — or any, when an app takes turns.
+        let thread = match w.call.fields.thread() {
+            Some(thread) => thread,
+            None if self.turns_on() || channel.starts_with(['D', 'G']) => crate::slack::WHOLE_CHANNEL,
+            None => return Some(to),
+        };
         let records = store.conversations(self.cfg().attribution_window);
         let found = self.step(w, records.source(to.channel(), thread)).await;
         to.source = found.ok().flatten().map(Attributed::from);

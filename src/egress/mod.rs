@@ -170,13 +170,25 @@ pub struct Egress {
     /// Connected on first use, on this service's runtime.
     store: Lazy<EgressStore>,
     slack: SlackApi,
+    /// The apps as the last reload left them: their `turns`.
+    live: Arc<crate::live::Live>,
 }
 
 impl Egress {
-    pub fn new(config: Arc<Config>, shared: Arc<Shared>, redis: Endpoint) -> Self {
+    pub fn new(config: Arc<Config>, live: Arc<crate::live::Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let slack = SlackApi::new(config.egress.slack_api_url.clone());
         let store = Lazy::egress(&redis, &config.redis.key_prefix);
-        Egress { config, shared, store, slack }
+        Egress { config, shared, store, slack, live }
+    }
+
+    /// The app `name` as configured now.
+    fn app(&self, name: &str) -> Option<Arc<crate::config::AppConfig>> {
+        self.live.get().config.apps.iter().find(|a| a.name == name).cloned()
+    }
+
+    /// Some app takes turns now.
+    fn turns_on(&self) -> bool {
+        self.live.get().config.apps.iter().any(|a| a.turns.is_on())
     }
 
     fn cfg(&self) -> &EgressConfig {

@@ -14,26 +14,24 @@ use super::plan::{self, Gone};
 use super::write::Write;
 use super::{Egress, Reply};
 use crate::clock::now_ms;
-use crate::outbox::TurnRules;
+use crate::outbox::{TurnRules, TurnWrite};
 
 impl Egress {
     /// The write's step in its turn; `Some` with the answer when it is withheld.
     pub(super) async fn turn(&self, to: &Target<'_>, w: &Write) -> Option<Reply> {
         let source = to.source.as_ref().filter(|s| !s.conversation.is_empty())?;
         let kind = plan::turn_write(&w.call.method)?;
-        let app = self.config.apps.iter().find(|a| a.name == source.app)?;
+        let app = self.app(&source.app)?;
         let rules = TurnRules::of(&app.turns)?;
-        let turns = to.store.turns();
-        let step = turns.write(
-            &source.app,
-            &source.delivery,
-            &source.conversation,
-            &source.ts,
+        let write = TurnWrite {
+            app: &source.app,
+            delivery: &source.delivery,
+            conversation: &source.conversation,
+            ts: &source.ts,
             kind,
-            app.turns.withhold_on_newer,
-            &rules,
-            now_ms(),
-        );
+        };
+        let turns = to.store.turns();
+        let step = turns.write(&write, &rules, now_ms());
         let verdict = match self.step(w, step).await {
             Ok(v) => v,
             Err(e) => {

@@ -24,7 +24,7 @@ pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 use model::stored;
 pub use model::{Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
-pub use turns::{Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, Turns, WriteKind};
+pub use turns::{Finished, Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, TurnWrite, Turns, WriteKind};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -313,11 +313,11 @@ impl Store {
         lease: &Lease,
         how: Finish<'_>,
     ) -> Result<bool, StoreError> {
-        Ok(self.finish_in_turn(keys, consumer, lease, how, None).await?.is_some())
+        Ok(self.finish_in_turn(keys, consumer, lease, how, None).await? != Finished::Fenced)
     }
 
-    /// Fenced completion for an app that takes turns (`rules`): `None` when fenced out, else
-    /// the turn the delivery's end ended, if it did (its delivery answered or refused).
+    /// Fenced completion for an app that takes turns (`rules`): with the turn the delivery's
+    /// end ended, if it did (its delivery answered or refused).
     pub async fn finish_in_turn(
         &self,
         keys: &ShardKeys,
@@ -325,7 +325,7 @@ impl Store {
         lease: &Lease,
         how: Finish<'_>,
         rules: Option<&TurnRules>,
-    ) -> Result<Option<Option<TurnEnded>>, StoreError> {
+    ) -> Result<Finished, StoreError> {
         let (mode, at, status, error, final_) = how.parts();
         let (order, end, quiet, pass_after, timeout) = turns::finish_args(rules);
         let reply: Value = fenced(&self.finish, keys, consumer, lease)

@@ -108,6 +108,7 @@ impl TurnEnded {
 #[derive(Debug, Clone, Copy)]
 pub struct TurnRules {
     pub order: Order,
+    pub withhold_on_newer: bool,
     pub end: End,
     pub quiet: Duration,
     pub pass_after: Duration,
@@ -119,6 +120,7 @@ impl TurnRules {
     pub fn of(t: &TurnsConfig) -> Option<TurnRules> {
         t.is_on().then_some(TurnRules {
             order: t.order,
+            withhold_on_newer: t.withhold_on_newer,
             end: t.end,
             quiet: t.quiet,
             pass_after: t.pass_after,
@@ -153,6 +155,17 @@ impl WriteKind {
             WriteKind::Status => "status",
         }
     }
+}
+
+/// A write through the egress, attributed to `delivery` of `app` (whose message is `ts`) in
+/// `conversation`.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnWrite<'a> {
+    pub app: &'a str,
+    pub delivery: &'a str,
+    pub conversation: &'a str,
+    pub ts: &'a str,
+    pub kind: WriteKind,
 }
 
 /// A write, as its turn judged it.
@@ -199,32 +212,20 @@ impl Turns {
         Turns { conn, prefix: prefix.into() }
     }
 
-    /// A write attributed to `delivery` (whose message is `ts`) of `conversation`, the turn of
-    /// app `app` on the shard the delivery id names.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn write(
-        &self,
-        app: &str,
-        delivery: &str,
-        conversation: &str,
-        ts: &str,
-        kind: WriteKind,
-        withhold_on_newer: bool,
-        rules: &TurnRules,
-        now_ms: u64,
-    ) -> Result<TurnVerdict, StoreError> {
-        let shard = delivery.split_once('-').and_then(|(s, _)| s.parse::<u16>().ok()).unwrap_or(0);
-        let keys = ShardKeys::new(&self.prefix, app, shard);
+    /// A write of a conversation's turn, on the shard its delivery's id names.
+    pub async fn write(&self, w: &TurnWrite<'_>, rules: &TurnRules, now_ms: u64) -> Result<TurnVerdict, StoreError> {
+        let shard = w.delivery.split_once('-').and_then(|(s, _)| s.parse::<u16>().ok()).unwrap_or(0);
+        let keys = ShardKeys::new(&self.prefix, w.app, shard);
         let reply: Vec<Value> = SCRIPTS
             .write
             .key(keys.turn_index())
             .arg(&keys.tag)
-            .arg(conversation)
-            .arg(delivery)
-            .arg(ts)
-            .arg(kind.as_arg())
+            .arg(w.conversation)
+            .arg(w.delivery)
+            .arg(w.ts)
+            .arg(w.kind.as_arg())
             .arg(now_ms)
-            .arg(u8::from(withhold_on_newer))
+            .arg(u8::from(rules.withhold_on_newer))
             .arg(TurnRules::ms(rules.quiet))
             .arg(TurnRules::ms(rules.timeout))
             .arg(rules.order.as_str())
@@ -352,12 +353,21 @@ pub(super) fn finish_args(rules: Option<&TurnRules>) -> (&'static str, &'static 
     }
 }
 
-/// A `FINISH` reply: fenced out (`None`), or done, with the turn it ended if it did.
-pub(super) fn finished(reply: Value) -> Result<Option<Option<TurnEnded>>, StoreError> {
+/// How a fenced completion went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finished {
+    /// Another worker holds the entry now: nothing was changed.
+    Fenced,
+    /// Recorded; with the turn the delivery's end ended, if it did.
+    Recorded(Option<TurnEnded>),
+}
+
+/// A `FINISH` reply.
+pub(super) fn finished(reply: Value) -> Result<Finished, StoreError> {
     match reply {
-        Value::Int(0) => Ok(None),
-        Value::Int(_) => Ok(Some(None)),
-        Value::Array(parts) if parts.len() == 5 => Ok(Some(Some(TurnEnded::from_reply(&parts[1..])?))),
+        Value::Int(0) => Ok(Finished::Fenced),
+        Value::Int(_) => Ok(Finished::Recorded(None)),
+        Value::Array(parts) if parts.len() == 5 => Ok(Finished::Recorded(Some(TurnEnded::from_reply(&parts[1..])?))),
         other => Err(StoreError::Protocol(format!("FINISH answered {other:?}"))),
     }
 }

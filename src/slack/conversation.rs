@@ -93,4 +93,41 @@ mod tests {
             assert_eq!(Conversation::decode(junk), None, "{junk:?}");
         }
     }
+
+    fn event(inner: &str) -> Delivery {
+        let body = format!(r#"{{"type":"event_callback","event_id":"Ev1","team_id":"T1","event":{inner}}}"#);
+        match crate::slack::classify(b"application/json", body.as_bytes()).unwrap() {
+            crate::slack::Request::Delivery(d) => d,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn edits_and_deletions_belong_to_the_thread_of_the_message_they_change() {
+        let cases = [
+            (r#"{"type":"message","user":"U1","text":"q","channel":"C1","ts":"1.5"}"#, Some("T1:C1:1.5")),
+            (r#"{"type":"message","user":"U1","text":"q","channel":"D1","ts":"2.5"}"#, Some("T1:D1:-")),
+            (
+                r#"{"type":"message","user":"U1","text":"q","channel":"G1","channel_type":"mpim","ts":"2.5"}"#,
+                Some("T1:G1:-"),
+            ),
+            (
+                r#"{"type":"message","subtype":"message_changed","channel":"D1","channel_type":"im","ts":"3.0","message":{"user":"U1","text":"b","ts":"2.5"}}"#,
+                Some("T1:D1:-"),
+            ),
+            (
+                r#"{"type":"message","subtype":"message_deleted","channel":"C1","ts":"4.0","deleted_ts":"1.5"}"#,
+                Some("T1:C1:1.5"),
+            ),
+            (r#"{"type":"message","subtype":"channel_join","user":"U1","channel":"C1","ts":"5.5"}"#, None),
+            (r#"{"type":"reaction_added","user":"U1","item":{"channel":"C1","ts":"1.5"}}"#, None),
+        ];
+        for (inner, key) in cases {
+            assert_eq!(conversation_key(&event(inner)).as_deref(), key, "{inner}");
+        }
+        let edit = event(
+            r#"{"type":"message","subtype":"message_changed","channel":"C1","ts":"3.0","message":{"user":"U1","text":"b","ts":"2.5","thread_ts":"1.5"}}"#,
+        );
+        assert_eq!(conversation_of(&edit), None, "an edit is no turn");
+    }
 }

@@ -97,13 +97,7 @@ async fn reload_adds_an_app_without_dropping_a_request_and_refuses_a_bad_file() 
         other.url()
     );
     gw.rewrite(&cfg);
-    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
-        .arg("reload")
-        .arg("--pid-file")
-        .arg(gw.pid_file())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    gw.reload();
     let answers = traffic.await.unwrap();
     assert!(answers.iter().all(|a| a == &Ok(200)), "no request dropped across the reload: {answers:?}");
     let mut status = 0;

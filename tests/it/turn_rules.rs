@@ -4,7 +4,6 @@
 //! listed; a held delivery cancelled by its deletion; `order` turned off releasing what was
 //! held. The Bolt apps' view of turns (replies through the egress) is in `turns`.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::utils::*;
@@ -181,13 +180,7 @@ async fn turning_order_off_releases_every_held_delivery() {
     assert!(held, "{}", outbox_stats(gw.admin_port, None).await);
     cfg.app = String::new();
     gw.rewrite(&cfg);
-    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
-        .arg("reload")
-        .arg("--pid-file")
-        .arg(gw.pid_file())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    gw.reload();
     // Released while the first is still being answered: nothing waits for it any more.
     assert!(eventually(Duration::from_secs(6), || bot.count() == 3).await, "{:?}\n{}", arrivals(&bot), gw.log());
     assert!(turns_ended(&gw, "off", 1.0).await, "{}", gw.log());
@@ -229,4 +222,130 @@ async fn a_retry_across_the_upgrade_finds_the_receipt_an_earlier_version_recorde
     assert_eq!(send(gw.port, again).await.0, 200);
     gw.wait_idle().await;
     assert_eq!(bot.count_body(&fresh), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// With the egress: the bot's replies end a turn (`end = "reply"`), and a reply to a question the
+// conversation has moved past is withheld (`on_newer = "withhold"`).
+
+struct Replying {
+    _redis: RedisServer,
+    slack: FakeSlack,
+    bot: Receiver,
+    gw: Gateway,
+}
+
+/// A bot that answers 2xx at once (ack-first, like Bolt's default) and writes through the egress
+/// only when the test says so.
+async fn replying(name: &str, turns: &str) -> Replying {
+    let redis = RedisServer::start();
+    let slack = FakeSlack::start().await;
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
+    cfg.app = format!("turns = {turns}");
+    cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
+    let gw = Gateway::start(&cfg).await;
+    Replying { _redis: redis, slack, bot, gw }
+}
+
+impl Replying {
+    async fn post(&self, body: Vec<u8>) {
+        post(self.gw.port, body).await;
+    }
+
+    async fn held(&self) -> u64 {
+        outbox_stats(self.gw.admin_port, None).await[0]["held"].as_u64().unwrap_or(0)
+    }
+
+    /// The bot's write through the egress: `method` with a form body.
+    async fn write(&self, method: &str, body: &str) -> crate::egress_common::Answer {
+        crate::egress_common::call(self.gw.egress_port, method, body, &[]).await
+    }
+}
+
+const ROOT: &str = "1700000001.000100";
+
+#[tokio::test]
+async fn with_end_reply_a_turn_ends_once_the_bot_has_written_and_gone_quiet() {
+    let r = replying("turnsreply", r#"{ order = "queue", quiet = "1s", pass_after = "30s" }"#).await;
+    r.post(message("Ev1", "C1", ROOT, None)).await;
+    assert!(eventually(Duration::from_secs(5), || r.bot.count() == 1).await);
+    r.post(message("Ev2", "C1", "1700000002.000100", Some(ROOT))).await;
+    assert!(until(Duration::from_secs(5), async || r.held().await == 1).await, "the second waits for the turn");
+    // Answered 2xx long ago; still its turn, until the bot writes and then is quiet.
+    let posted = r.write("chat.postMessage", &format!("channel=C1&thread_ts={ROOT}&text=answer+one")).await;
+    assert!(posted.ok(), "{}", posted.body);
+    let wrote_at = unix_now_f64();
+    assert!(eventually(Duration::from_secs(10), || r.bot.count() == 2).await, "{}", r.gw.log());
+    let second = arrival(&r.bot, "1700000002.000100").unwrap();
+    assert!(second - wrote_at >= 0.9, "delivered a quiet second after the reply: {}", second - wrote_at);
+    assert!(turns_ended(&r.gw, "reply", 1.0).await, "{}", r.gw.log());
+}
+
+#[tokio::test]
+async fn with_end_reply_a_turn_the_bot_does_not_answer_passes() {
+    let r = replying("turnspass", r#"{ order = "queue", quiet = "1s", pass_after = "2s" }"#).await;
+    r.post(message("Ev1", "C1", ROOT, None)).await;
+    assert!(eventually(Duration::from_secs(5), || r.bot.count() == 1).await);
+    let first = arrival(&r.bot, ROOT).unwrap();
+    r.post(message("Ev2", "C1", "1700000002.000100", Some(ROOT))).await;
+    assert!(eventually(Duration::from_secs(10), || r.bot.count() == 2).await, "{}", r.gw.log());
+    let second = arrival(&r.bot, "1700000002.000100").unwrap();
+    assert!(second - first >= 1.9, "the thread moved on after pass_after: {}", second - first);
+    assert!(turns_ended(&r.gw, "passed", 1.0).await, "{}", r.gw.log());
+}
+
+#[tokio::test]
+async fn a_reply_to_a_question_the_thread_moved_past_is_withheld_and_updates_still_go() {
+    let turns = r#"{ order = "queue", on_newer = "withhold", quiet = "2s", pass_after = "30s" }"#;
+    let r = replying("turnswithhold", turns).await;
+    r.post(message("Ev1", "C1", ROOT, None)).await;
+    assert!(eventually(Duration::from_secs(5), || r.bot.count() == 1).await);
+    // A placeholder while nothing newer waits: posted.
+    let placeholder = r.write("chat.postMessage", &format!("channel=C1&thread_ts={ROOT}&text=thinking")).await;
+    assert!(placeholder.ok(), "{}", placeholder.body);
+    let placeholder_ts = placeholder.json()["ts"].as_str().unwrap().to_string();
+    r.post(message("Ev2", "C1", "1700000002.000100", Some(ROOT))).await;
+    assert!(until(Duration::from_secs(5), async || r.held().await == 1).await);
+    // Finishing the placeholder is never withheld (no half-answer) ...
+    let update = r.write("chat.update", &format!("channel=C1&ts={placeholder_ts}&text=done")).await;
+    assert!(update.ok(), "{}", update.body);
+    // ... but a new answer to the old question is: the newer one is answered next.
+    let stale = r.write("chat.postMessage", &format!("channel=C1&thread_ts={ROOT}&text=more+on+one")).await;
+    assert_eq!(stale.json()["error"], "superseded", "{}", stale.body);
+    assert!(eventually(Duration::from_secs(5), || r.bot.count() == 2).await, "the withheld write ended the turn");
+    let fresh = r.write("chat.postMessage", &format!("channel=C1&thread_ts={ROOT}&text=answer+two")).await;
+    assert!(fresh.ok(), "nothing newer waits for the second: {}", fresh.body);
+    let texts: Vec<String> = r.slack.posts().iter().map(|p| p["text"].as_str().unwrap_or("").to_string()).collect();
+    assert_eq!(texts, ["thinking", "answer two"], "the stale answer never reached Slack");
+    let withheld = crate::egress_common::outcomes(r.gw.admin_port, "withheld_superseded").await;
+    assert_eq!(withheld, 1.0);
+    assert!(turns_ended(&r.gw, "superseded", 1.0).await);
+}
+
+#[tokio::test]
+async fn a_dms_messages_take_turns_and_its_replies_without_a_thread_belong_to_them() {
+    let turns = r#"{ order = "queue", on_newer = "withhold", quiet = "1s", pass_after = "30s" }"#;
+    let r = replying("turnsdm", turns).await;
+    let dm = |id: &str, ts: &str| {
+        let mut body: serde_json::Value = serde_json::from_slice(&message(id, "D1", ts, None)).unwrap();
+        body["event"]["channel_type"] = "im".into();
+        body.to_string().into_bytes()
+    };
+    r.post(dm("Ev1", "1700000001.000100")).await;
+    assert!(eventually(Duration::from_secs(5), || r.bot.count() == 1).await);
+    r.post(dm("Ev2", "1700000002.000100")).await;
+    assert!(until(Duration::from_secs(5), async || r.held().await == 1).await, "a DM is one conversation");
+    // Bolt's say() in a DM: no thread_ts. It answers the first message, which the second
+    // has moved past.
+    let stale = r.write("chat.postMessage", "channel=D1&text=answer+one").await;
+    assert_eq!(stale.json()["error"], "superseded", "{}", stale.body);
+    assert!(eventually(Duration::from_secs(5), || r.bot.count() == 2).await);
+    let fresh = r.write("chat.postMessage", "channel=D1&text=answer+two").await;
+    assert!(fresh.ok(), "{}", fresh.body);
+    assert!(turns_ended(&r.gw, "reply", 1.0).await, "quiet after the second's reply ends its turn");
+}
+
+fn unix_now_f64() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
 }

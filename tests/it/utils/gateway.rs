@@ -200,6 +200,17 @@ impl Gateway {
         std::fs::write(&self.config_path, cfg.render(0, 0)).unwrap();
     }
 
+    /// `slackgate reload` of this gateway (after [`Gateway::rewrite`]); panics when it fails.
+    pub fn reload(&self) {
+        let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
+            .arg("reload")
+            .arg("--pid-file")
+            .arg(self.pid_file())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self._dir.path().join("data")
     }
