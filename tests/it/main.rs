@@ -28,4 +28,5 @@ mod sentinel;
 mod sim;
 mod store_outage;
 mod turn_rules;
+mod turns;
 mod unsigned;

@@ -4,7 +4,8 @@
 //! recording), not at all (the connection dropped after recording), with an error, or 429; how
 //! to answer the next looks into history; and who each token is (`auth.test`). Every answer
 //! carries Slack's headers (`X-Slack-Req-Id`, the OAuth scopes); `test.large` answers a read of
-//! any size.
+//! any size. `chat.update`, the streaming calls (`chat.startStream` keeps a message as a post
+//! does) and `assistant.threads.setStatus` answer ok.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -129,6 +130,20 @@ impl FakeSlack {
         self.calls().into_iter().filter(|c| c.method == method).collect()
     }
 
+    /// The arguments (JSON or form body, then the query) of every call of `method`, in order.
+    pub fn args_of(&self, method: &str) -> Vec<serde_json::Map<String, Value>> {
+        self.calls_of(method)
+            .iter()
+            .map(|c| {
+                let mut f = fields(&c.headers, &c.body);
+                for (k, v) in form_urlencoded::parse(c.query.as_deref().unwrap_or("").as_bytes()) {
+                    f.entry(k.into_owned()).or_insert(Value::String(v.into_owned()));
+                }
+                f
+            })
+            .collect()
+    }
+
     /// Messages posted (and kept), each `{channel, ts, thread_ts, text}`.
     pub fn posts(&self) -> Vec<Value> {
         self.state.posts.lock().unwrap().clone()
@@ -140,7 +155,17 @@ impl FakeSlack {
 }
 
 fn is_write(method: &str) -> bool {
-    method.starts_with("chat.") || method.starts_with("reactions.") || method.starts_with("views.")
+    method.starts_with("chat.")
+        || method.starts_with("reactions.")
+        || method.starts_with("views.")
+        || method.starts_with("assistant.threads.")
+}
+
+/// The ts of the next message "Slack" makes.
+fn next_ts(st: &State) -> String {
+    let mut seq = st.seq.lock().unwrap();
+    *seq += 1;
+    format!("{}.{:06}", 1_800_000_000 + *seq, *seq)
 }
 
 /// A JSON or form body's fields.
@@ -249,11 +274,7 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
             json!({"ok": true, "team_id": TEAM, "user_id": user, "bot_id": bot, "team": "Test"})
         }
         "chat.postMessage" => {
-            let ts = {
-                let mut seq = st.seq.lock().unwrap();
-                *seq += 1;
-                format!("{}.{:06}", 1_800_000_000 + *seq, *seq)
-            };
+            let ts = next_ts(&st);
             let message = json!({"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "text": text("text"), "ts": ts,
                 "thread_ts": f.get("thread_ts").cloned().unwrap_or(Value::Null)});
             let mut kept = message.clone();
@@ -261,6 +282,20 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
             st.posts.lock().unwrap().push(kept);
             json!({"ok": true, "channel": text("channel"), "ts": ts, "message": message})
         }
+        // A stream starts a message as a post does (kept, with its ts); the other calls on a
+        // message Slack has answer with its channel and ts.
+        "chat.startStream" => {
+            let ts = next_ts(&st);
+            let mut kept = json!({"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "text": text("markdown_text"),
+                "ts": ts, "thread_ts": f.get("thread_ts").cloned().unwrap_or(Value::Null), "stream": true});
+            kept["channel"] = Value::String(text("channel"));
+            st.posts.lock().unwrap().push(kept);
+            json!({"ok": true, "channel": text("channel"), "ts": ts})
+        }
+        "chat.update" | "chat.appendStream" | "chat.stopStream" => {
+            json!({"ok": true, "channel": text("channel"), "ts": text("ts"), "text": text("text")})
+        }
+        "assistant.threads.setStatus" => json!({"ok": true}),
         "conversations.history" | "conversations.replies" => {
             let thread = (method == "conversations.replies").then(|| text("ts"));
             let messages: Vec<Value> = st

@@ -12,6 +12,7 @@ mod redis_cluster;
 mod redis_secure;
 mod redis_sentinel;
 mod redis_server;
+mod relay;
 mod tls;
 mod wait;
 
@@ -24,6 +25,7 @@ pub use redis_cluster::{free_low_port, RedisCluster};
 pub use redis_secure::RedisSecurity;
 pub use redis_sentinel::RedisSentinel;
 pub use redis_server::RedisServer;
+pub use relay::Relay;
 pub use tls::TestCa;
 pub use wait::*;
 
