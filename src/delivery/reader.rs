@@ -51,7 +51,12 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 s.store.ensure_group(&s.keys).await?;
                 group_ready = true;
             }
-            reads.read_new(&s.keys, &s.consumer, count, READ_BLOCK).await
+            let read = reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref()).await?;
+            if read.leased.is_empty() {
+                // Nothing new: wait for an entry after the group's last (then read again).
+                reads.wait_for_new(&s.keys, &read.last_delivered, READ_BLOCK).await?;
+            }
+            Ok::<_, outbox::StoreError>(read.leased)
         };
         let leases = tokio::select! {
             r = read => r,
@@ -121,7 +126,8 @@ async fn take_permits(s: &Shard, stop: &mut watch::Receiver<bool>) -> Option<Own
 /// Take over entries whose lease ran out, as many as `permits` allow; returns the permits
 /// left for reading new entries (`None`: all were used).
 async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
-    match s.store.reclaim(&s.keys, &s.consumer, s.app.delivery.lease, permits.num_permits()).await {
+    let max = permits.num_permits();
+    match s.store.reclaim_loaded(&s.keys, &s.consumer, s.app.delivery.lease, max, s.turns.as_ref()).await {
         Ok(leases) if !leases.is_empty() => {
             info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
             if let Some(used) = permits.split(leases.len().min(permits.num_permits())) {
@@ -138,17 +144,10 @@ async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<Ow
     }
 }
 
-/// Load the leases' deliveries in one round trip, then one task per lease, each with one of
-/// `permits` (taken before the entries were read).
-async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<Lease>, mut permits: OwnedSemaphorePermit) {
-    let loaded = match s.store.load_in_turn(&s.keys, &s.consumer, &leases, s.turns.as_ref()).await {
-        Ok(loaded) => loaded,
-        Err(e) => {
-            s.store_error(StoreOp::Load);
-            return warn!(app = %s.app.name, error = %e, "cannot load deliveries; their leases will expire and they will be retried");
-        }
-    };
-    for (lease, loaded) in leases.into_iter().zip(loaded) {
+/// One task per lease (its delivery loaded with it), each with one of `permits` (taken before
+/// the entries were read).
+async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<(Lease, Loaded)>, mut permits: OwnedSemaphorePermit) {
+    for (lease, loaded) in leases {
         let Some(permit) = permits.split(1) else {
             // Never more entries than permits; if Redis returned more, the rest wait for a
             // reclaim after their lease.

@@ -107,6 +107,8 @@ pub struct Store {
     stats: Script,
     dead: Script,
     load: Script,
+    read_loaded: Script,
+    reclaim_loaded: Script,
     trim_dead: Script,
     remove_idle_consumers: Script,
     shards_in_use: Script,
@@ -128,6 +130,8 @@ impl Store {
             stats: Script::new(scripts::STATS),
             dead: Script::new(scripts::DEAD),
             load: Script::new(scripts::LOAD),
+            read_loaded: Script::new(scripts::READ_LOADED),
+            reclaim_loaded: Script::new(scripts::RECLAIM_LOADED),
             trim_dead: Script::new(scripts::TRIM_DEAD),
             remove_idle_consumers: Script::new(scripts::REMOVE_IDLE_CONSUMERS),
             shards_in_use: Script::new(scripts::SHARDS_IN_USE),
@@ -258,25 +262,12 @@ impl Store {
         consumer: &str,
         leases: &[Lease],
     ) -> Result<Vec<Loaded>, StoreError> {
-        self.load_in_turn(keys, consumer, leases, None).await
-    }
-
-    /// [`Store::load_leased`] for an app that takes turns (`rules`): a delivery whose
-    /// conversation's turn another holds is put to wait for it ([`Loaded::Held`]), in the same
-    /// step.
-    pub async fn load_in_turn(
-        &self,
-        keys: &ShardKeys,
-        consumer: &str,
-        leases: &[Lease],
-        rules: Option<&TurnRules>,
-    ) -> Result<Vec<Loaded>, StoreError> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
         let mut invocation = self.load.key(&keys.stream);
-        let timeout = rules.map(|r| r.timeout.as_millis().to_string()).unwrap_or_default();
-        invocation.arg(GROUP).arg(consumer).arg(timeout).arg(crate::clock::now_ms()).arg(&keys.tag);
+        // (No turns: the delivery workers read and load in one step, `read_loaded`.)
+        invocation.arg(GROUP).arg(consumer).arg("").arg(crate::clock::now_ms()).arg(&keys.tag);
         for l in leases {
             invocation.key(keys.delivery(&l.delivery)).arg(&l.entry).arg(l.token);
         }
@@ -284,19 +275,70 @@ impl Store {
         if replies.len() != leases.len() {
             return Err(StoreError::Protocol(format!("{} loads for {} leases", replies.len(), leases.len())));
         }
-        replies
-            .into_iter()
-            .map(|reply| {
-                match reply {
-                    Value::Int(0) => return Ok(Loaded::LeaseLost),
-                    Value::Int(_) => return Ok(Loaded::Held),
-                    _ => {}
-                }
-                let map: HashMap<String, Vec<u8>> =
-                    redis::from_redis_value(reply).map_err(|e| StoreError::Protocol(e.to_string()))?;
-                Ok(if map.is_empty() { Loaded::Gone } else { Loaded::Stored(Box::new(stored(&map))) })
-            })
-            .collect()
+        replies.into_iter().map(loaded).collect()
+    }
+
+    /// Read up to `count` new entries for `consumer` and load their deliveries in the same
+    /// step, holding those whose conversation's turn another delivery has (`rules`): no entry
+    /// is ever leased and left unloaded, or out of its turn, by a reader that dies. Nothing
+    /// new: the group's last delivered id, to [wait after](Store::wait_for_new).
+    pub async fn read_loaded(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        count: usize,
+        rules: Option<&TurnRules>,
+    ) -> Result<Read, StoreError> {
+        let flat: Vec<Value> = self
+            .read_loaded
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(count)
+            .arg(rules.map(|r| r.timeout.as_millis().to_string()).unwrap_or_default())
+            .arg(crate::clock::now_ms())
+            .arg(&keys.tag)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        if let [last] = flat.as_slice() {
+            let last: String = redis::from_redis_value_ref(last).map_err(|e| StoreError::Protocol(e.to_string()))?;
+            return Ok(Read { leased: Vec::new(), last_delivered: last });
+        }
+        Ok(Read { leased: leased(flat)?, last_delivered: String::new() })
+    }
+
+    /// Take over entries idle longer than `lease` and load their deliveries in the same step
+    /// (see [`Store::read_loaded`]).
+    pub async fn reclaim_loaded(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        lease: Duration,
+        max: usize,
+        rules: Option<&TurnRules>,
+    ) -> Result<Vec<(Lease, Loaded)>, StoreError> {
+        let flat: Vec<Value> = self
+            .reclaim_loaded
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(lease.as_millis() as u64)
+            .arg(max)
+            .arg(rules.map(|r| r.timeout.as_millis().to_string()).unwrap_or_default())
+            .arg(crate::clock::now_ms())
+            .arg(&keys.tag)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        leased(flat)
+    }
+
+    /// Wait up to `block` for an entry after `after` (the group's last delivered id), on a
+    /// connection of its own (see [`Store::read_new`]).
+    pub async fn wait_for_new(&self, keys: &ShardKeys, after: &str, block: Duration) -> Result<(), StoreError> {
+        let opts = redis::streams::StreamReadOptions::default().count(1).block(block.as_millis() as usize);
+        let _: Option<redis::streams::StreamReadReply> =
+            self.conn.clone().xread_options(&[&keys.stream], &[after], &opts).await?;
+        Ok(())
     }
 
     /// Keep holding an entry during a long attempt. `false`: the lease was lost.
@@ -467,6 +509,48 @@ impl Store {
         let _: String = redis::cmd("PING").query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
+}
+
+/// What one read found: the entries leased, each with its delivery loaded; or, when there was
+/// nothing new, the group's last delivered id.
+#[derive(Debug)]
+pub struct Read {
+    pub leased: Vec<(Lease, Loaded)>,
+    pub last_delivered: String,
+}
+
+/// A delivery as a load script answered for one lease: its fields (none: gone), 0 (the lease
+/// was lost) or 1 (held for its conversation's turn).
+fn loaded(reply: Value) -> Result<Loaded, StoreError> {
+    match reply {
+        Value::Int(0) => return Ok(Loaded::LeaseLost),
+        Value::Int(_) => return Ok(Loaded::Held),
+        _ => {}
+    }
+    let map: HashMap<String, Vec<u8>> =
+        redis::from_redis_value(reply).map_err(|e| StoreError::Protocol(e.to_string()))?;
+    Ok(if map.is_empty() { Loaded::Gone } else { Loaded::Stored(Box::new(stored(&map))) })
+}
+
+/// `{entry, delivery, token, load, …}` as leases with their loads.
+fn leased(flat: Vec<Value>) -> Result<Vec<(Lease, Loaded)>, StoreError> {
+    if flat.len() % 4 != 0 {
+        return Err(StoreError::Protocol(format!("{} values for leases of four", flat.len())));
+    }
+    let mut out = Vec::with_capacity(flat.len() / 4);
+    let mut values = flat.into_iter();
+    while let (Some(entry), Some(delivery), Some(token), Some(load)) =
+        (values.next(), values.next(), values.next(), values.next())
+    {
+        let bad = |e: redis::ParsingError| StoreError::Protocol(e.to_string());
+        let lease = Lease {
+            entry: redis::from_redis_value(entry).map_err(bad)?,
+            delivery: redis::from_redis_value(delivery).map_err(bad)?,
+            token: redis::from_redis_value(token).map_err(bad)?,
+        };
+        out.push((lease, loaded(load)?));
+    }
+    Ok(out)
 }
 
 /// A fenced script's invocation: the shard's stream as the first key, and the lease's fence

@@ -185,6 +185,29 @@ local function begin_turn(tag, group, entry, id, hk, cv, now, timeout)
   end
   return false
 end
+local function field(list, name)
+  for j = 1, #list, 2 do
+    if list[j] == name then return list[j + 1] end
+  end
+  return nil
+end
+-- A leased entry's delivery: its fields, an empty list when it is gone, or 1 when it was put
+-- to wait for its conversation's turn (`timeout` nil: the app takes none).
+local function load_entry(tag, group, entry, id, now, timeout)
+  local hk = tag .. ':d:' .. id
+  local fields = redis.call('HGETALL', hk)
+  if timeout and #fields > 0 and not begin_turn(tag, group, entry, id, hk, field(fields, 'cv'), now, timeout) then
+    return 1
+  end
+  return fields
+end
+-- The delivery id an entry's fields name ('' when none).
+local function entry_delivery(fields)
+  for i = 1, #fields, 2 do
+    if fields[i] == 'd' then return fields[i + 1] end
+  end
+  return ''
+end
 "#,
             $body
         )))
@@ -367,12 +390,6 @@ return 1
 /// read batch.
 pub const LOAD: &str = with_turn_helpers!(
     r#"
-local function field(list, name)
-  for j = 1, #list, 2 do
-    if list[j] == name then return list[j + 1] end
-  end
-  return nil
-end
 local out = {}
 local now = tonumber(ARGV[4])
 for i = 2, #KEYS do
@@ -734,6 +751,64 @@ for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIM
   end
   local e = end_turn(tag, conv, t, now, order, timeout)
   out[#out + 1] = {how, e[1], e[2], e[3]}
+end
+return out
+"#
+);
+
+/// KEYS: outbox stream. ARGV: 1 group, 2 consumer, 3 most entries, 4 the app's turn timeout ms
+/// ('' when it takes none), 5 now ms, 6 key tag.
+///
+/// Reads new entries for the consumer and loads each one's delivery in the same step (see
+/// `load_entry`): an entry is never leased without being loaded, nor loaded and left out of
+/// its conversation's turn, whatever happens to the reader after. Returns {entry, delivery,
+/// token (1), fields | 1, …}, or {the group's last delivered id} when there was nothing new
+/// (what a blocking wait for new entries waits after).
+pub const READ_LOADED: &str = with_turn_helpers!(
+    r#"
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+if not r then
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    local f = {}
+    for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+    if f['name'] == ARGV[1] then return {f['last-delivered-id']} end
+  end
+  return {'0-0'}
+end
+local now, timeout = tonumber(ARGV[5]), tonumber(ARGV[4])
+local out = {}
+for _, e in ipairs(r[1][2]) do
+  local d = entry_delivery(e[2] or {})
+  out[#out + 1] = e[1]
+  out[#out + 1] = d
+  out[#out + 1] = 1
+  out[#out + 1] = load_entry(ARGV[6], ARGV[1], e[1], d, now, timeout)
+end
+return out
+"#
+);
+
+/// KEYS: outbox stream. ARGV: 1 group, 2 consumer, 3 min idle ms, 4 max entries, 5 the app's
+/// turn timeout ms ('' when it takes none), 6 now ms, 7 key tag.
+/// Takes over entries whose lease ran out and loads each one's delivery in the same step, as
+/// `READ_LOADED` does; returns {entry, delivery, token, fields | 1, …}.
+pub const RECLAIM_LOADED: &str = with_turn_helpers!(
+    r#"
+local now, timeout = tonumber(ARGV[6]), tonumber(ARGV[5])
+local out = {}
+local cursor = '0-0'
+for _ = 1, 10 do
+  local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], cursor, 'COUNT', ARGV[4])
+  for _, e in ipairs(r[2]) do
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
+    local d = entry_delivery(e[2] or {})
+    out[#out + 1] = e[1]
+    out[#out + 1] = d
+    out[#out + 1] = p[1][4]
+    out[#out + 1] = load_entry(ARGV[7], ARGV[1], e[1], d, now, timeout)
+  end
+  cursor = r[1]
+  if cursor == '0-0' or #out >= 4 * tonumber(ARGV[4]) then break end
 end
 return out
 "#
