@@ -74,7 +74,14 @@ pub fn turn_ended(metrics: &crate::metrics::Metrics, app: &str, ended: &TurnEnde
     m.duration_seconds.with_label_values(&[app]).observe(ended.lasted.as_secs_f64());
     m.superseded.with_label_values(&[app]).inc_by(ended.superseded.len() as u64);
     let next = ended.next.as_deref().unwrap_or("");
-    info!(target: "slackgate::audit", app, ended = ended.how.as_label(), secs = ended.lasted.as_secs_f64(), next, "turn ended");
+    let (how, secs) = (ended.how.as_label(), ended.lasted.as_secs_f64());
+    // One per delivery of an app with turns: audited only when it timed out (the metrics
+    // count them all).
+    if ended.how == crate::outbox::TurnEnd::Timeout {
+        info!(target: "slackgate::audit", app, ended = how, secs, next, "turn ended");
+    } else {
+        debug!(target: "slackgate::audit", app, ended = how, secs, next, "turn ended");
+    }
     for d in &ended.superseded {
         info!(target: "slackgate::audit", app, delivery = %d, by = next, "turn superseded");
     }
