@@ -51,12 +51,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 s.store.ensure_group(&s.keys).await?;
                 group_ready = true;
             }
-            let read = reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref()).await?;
-            if read.leased.is_empty() {
-                // Nothing new: wait for an entry after the group's last (then read again).
-                reads.wait_for_new(&s.keys, &read.last_delivered, READ_BLOCK).await?;
-            }
-            Ok::<_, outbox::StoreError>(read.leased)
+            read(&s, &reads, count).await
         };
         let leases = tokio::select! {
             r = read => r,
@@ -77,6 +72,34 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
             }
         }
     }
+}
+
+/// Up to `count` new entries, each with its delivery loaded, on `reads` (a store of the
+/// reader's own). For an app that takes turns, the read and the load are one step: a reader
+/// killed between the two would leave a thread's message leased to no one, unheld, while a
+/// newer message took the turn. For the others the blocking read hands the entries over at
+/// once and one more round trip loads them (a lost reader's entries wait for their lease).
+async fn read(s: &Shard, reads: &outbox::Store, count: usize) -> Result<Vec<(Lease, Loaded)>, outbox::StoreError> {
+    if s.turns.is_none() {
+        let leases = reads.read_new(&s.keys, &s.consumer, count, READ_BLOCK).await?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        return match s.store.load_leased(&s.keys, &s.consumer, &leases).await {
+            Ok(loaded) => Ok(leases.into_iter().zip(loaded).collect()),
+            Err(e) => {
+                s.store_error(StoreOp::Load);
+                warn!(app = %s.app.name, error = %e, "cannot load deliveries; their leases will expire and they will be retried");
+                Ok(Vec::new())
+            }
+        };
+    }
+    let read = reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref()).await?;
+    if read.leased.is_empty() {
+        // Nothing new: wait for an entry after the group's last (then read again).
+        reads.wait_for_new(&s.keys, &read.last_delivered, READ_BLOCK).await?;
+    }
+    Ok(read.leased)
 }
 
 /// Attempt slots for the next read: at least one (waiting for it), then as many more as are
