@@ -35,6 +35,8 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
     let mut group_ready = false;
     let reclaim_every = (s.app.delivery.lease / 4).max(Duration::from_millis(250));
     let mut last_reclaim = tokio::time::Instant::now();
+    // With turns: the entry the next read waits to come after (see `read`).
+    let mut after: Option<String> = None;
     let _running = s.shared.drain.enter(Work::Reader);
     while !*stop.borrow() && !s.shared.drain.draining() {
         let Some(mut permits) = take_permits(&s, &mut stop).await else { break };
@@ -51,7 +53,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 s.store.ensure_group(&s.keys).await?;
                 group_ready = true;
             }
-            read(&s, &reads, count).await
+            read(&s, &reads, count, &mut after).await
         };
         let leases = tokio::select! {
             r = read => r,
@@ -77,9 +79,16 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
 /// Up to `count` new entries, each with its delivery loaded, on `reads` (a store of the
 /// reader's own). For an app that takes turns, the read and the load are one step: a reader
 /// killed between the two would leave a thread's message leased to no one, unheld, while a
-/// newer message took the turn. For the others the blocking read hands the entries over at
-/// once and one more round trip loads them (a lost reader's entries wait for their lease).
-async fn read(s: &Shard, reads: &outbox::Store, count: usize) -> Result<Vec<(Lease, Loaded)>, outbox::StoreError> {
+/// newer message took the turn. That step cannot block, so it first waits for an entry `after`
+/// the last one it saw (at once when there is one), then reads. For the others the blocking
+/// read hands the entries over at once and one more round trip loads them (a lost reader's
+/// entries wait for their lease).
+async fn read(
+    s: &Shard,
+    reads: &outbox::Store,
+    count: usize,
+    after: &mut Option<String>,
+) -> Result<Vec<(Lease, Loaded)>, outbox::StoreError> {
     if s.turns.is_none() {
         let leases = reads.read_new(&s.keys, &s.consumer, count, READ_BLOCK).await?;
         if leases.is_empty() {
@@ -94,11 +103,15 @@ async fn read(s: &Shard, reads: &outbox::Store, count: usize) -> Result<Vec<(Lea
             }
         };
     }
-    let read = reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref()).await?;
-    if read.leased.is_empty() {
-        // Nothing new: wait for an entry after the group's last (then read again).
-        reads.wait_for_new(&s.keys, &read.last_delivered, READ_BLOCK).await?;
+    if let Some(id) = after.take() {
+        reads.wait_for_new(&s.keys, &id, READ_BLOCK).await?;
     }
+    let read = reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref()).await?;
+    *after = Some(match read.leased.last() {
+        Some((lease, _)) => lease.entry.clone(),
+        // Nothing new (other readers took it): wait after the group's last.
+        None => read.last_delivered,
+    });
     Ok(read.leased)
 }
 
