@@ -122,6 +122,18 @@ fn check(opt: &ConfigOpt) -> anyhow::Result<()> {
         for p in &app.passthrough {
             println!("  *    {p}  (passthrough)");
         }
+        let t = &app.turns;
+        if t.is_on() {
+            let newer = if t.withhold_on_newer { "withhold" } else { "post" };
+            println!(
+                "  turns: order {}, end {}, on_newer {newer}, quiet {:?}, pass_after {:?}, timeout {:?}",
+                t.order.as_str(),
+                t.end.as_str(),
+                t.quiet,
+                t.pass_after,
+                t.timeout
+            );
+        }
     }
     Ok(())
 }
