@@ -46,7 +46,7 @@ impl End {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TurnsConfig {
     pub order: Order,
     /// Withhold a turn's new post when a newer message of its conversation waits.
@@ -63,6 +63,11 @@ pub struct TurnsConfig {
 impl TurnsConfig {
     pub fn is_on(&self) -> bool {
         self.order != Order::Off
+    }
+
+    /// These turns, when the app takes them (`None`: `order = "off"`).
+    pub fn when_on(&self) -> Option<TurnsConfig> {
+        self.is_on().then_some(*self)
     }
 }
 

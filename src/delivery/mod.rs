@@ -126,7 +126,7 @@ impl DeliveryService {
                     shards: *in_use,
                     response_url_hosts: response_url_hosts.clone(),
                     conversations: conversations.clone(),
-                    turns: TurnRules::of(&app.turns),
+                    turns: app.turns.when_on(),
                 });
                 tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), stop.clone()));
                 tasks.spawn(housekeeping::maintain_loop(s, stop.clone()));

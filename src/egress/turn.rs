@@ -14,7 +14,7 @@ use super::plan::{self, Gone};
 use super::write::Write;
 use super::{Egress, Reply};
 use crate::clock::now_ms;
-use crate::outbox::{TurnRules, TurnWrite};
+use crate::outbox::TurnWrite;
 
 impl Egress {
     /// The write's step in its turn; `Some` with the answer when it is withheld.
@@ -22,7 +22,7 @@ impl Egress {
         let source = to.source.as_ref().filter(|s| !s.conversation.is_empty())?;
         let kind = plan::turn_write(&w.call.method)?;
         let app = self.app(&source.app)?;
-        let rules = TurnRules::of(&app.turns)?;
+        let rules = app.turns.when_on()?;
         let write = TurnWrite {
             app: &source.app,
             delivery: &source.delivery,

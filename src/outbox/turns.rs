@@ -33,7 +33,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use super::{scripts, Conn, ShardKeys, Store, StoreError};
-use crate::config::{End, Order, TurnsConfig};
+use crate::config::{Order, TurnsConfig};
 
 /// How a turn ended, as the `turns_total` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,33 +109,12 @@ impl TurnEnded {
     }
 }
 
-/// An app's turns as the scripts take them.
-#[derive(Debug, Clone, Copy)]
-pub struct TurnRules {
-    pub order: Order,
-    pub withhold_on_newer: bool,
-    pub end: End,
-    pub quiet: Duration,
-    pub pass_after: Duration,
-    pub timeout: Duration,
-}
+/// An app's turns, as the scripts take them: its `turns`, when it takes them.
+pub type TurnRules = TurnsConfig;
 
-impl TurnRules {
-    /// `None` for an app that takes no turns.
-    pub fn of(t: &TurnsConfig) -> Option<TurnRules> {
-        t.is_on().then_some(TurnRules {
-            order: t.order,
-            withhold_on_newer: t.withhold_on_newer,
-            end: t.end,
-            quiet: t.quiet,
-            pass_after: t.pass_after,
-            timeout: t.timeout,
-        })
-    }
-
-    fn ms(d: Duration) -> u64 {
-        d.as_millis() as u64
-    }
+/// A duration as the scripts take it (ms).
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
 }
 
 /// What a write of a conversation is to its turn.
@@ -231,8 +210,8 @@ impl Turns {
             .arg(w.kind.as_arg())
             .arg(now_ms)
             .arg(u8::from(rules.withhold_on_newer))
-            .arg(TurnRules::ms(rules.quiet))
-            .arg(TurnRules::ms(rules.timeout))
+            .arg(ms(rules.quiet))
+            .arg(ms(rules.timeout))
             .arg(rules.order.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -281,7 +260,7 @@ impl Store {
         max: usize,
     ) -> Result<Vec<TurnEnded>, StoreError> {
         let (order, timeout) = match rules {
-            Some(r) => (r.order.as_str(), TurnRules::ms(r.timeout)),
+            Some(r) => (r.order.as_str(), ms(r.timeout)),
             None => (Order::Off.as_str(), 0),
         };
         let reply: Vec<Vec<Value>> = SCRIPTS
@@ -344,13 +323,7 @@ impl Store {
 pub(super) fn finish_args(rules: Option<&TurnRules>) -> (&'static str, &'static str, u64, u64, u64) {
     match rules {
         None => ("", "", 0, 0, 0),
-        Some(r) => (
-            r.order.as_str(),
-            r.end.as_str(),
-            TurnRules::ms(r.quiet),
-            TurnRules::ms(r.pass_after),
-            TurnRules::ms(r.timeout),
-        ),
+        Some(r) => (r.order.as_str(), r.end.as_str(), ms(r.quiet), ms(r.pass_after), ms(r.timeout)),
     }
 }
 

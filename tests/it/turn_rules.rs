@@ -56,15 +56,6 @@ fn arrival(bot: &Receiver, ts: &str) -> Option<f64> {
     arrivals(bot).into_iter().find(|(t, _)| t == ts).map(|(_, at)| at)
 }
 
-/// `GET path` on the admin port: status and body.
-async fn admin_get(admin_port: u16, path: &str) -> (u16, String) {
-    let mut req = Req::signed(path, Vec::new(), SECRET);
-    req.method = "GET";
-    req.headers.clear();
-    let (status, body) = send(admin_port, req).await;
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
 const SLOW: Duration = Duration::from_millis(1500);
 
 fn config(redis: &RedisServer, name: &str, bot: &Receiver, order: &str) -> GatewayConfig {

@@ -11,19 +11,11 @@
 //! The bot's Web API client reaches the egress through a [`Relay`] (a stable address across a
 //! gateway's restart, which binds new ports, and in front of two replicas).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::utils::*;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Bolt {
-    Python,
-    Js,
-}
 
 /// How the bot answers Slack's request: Bolt's default, ack first (2xx, then the work), or
 /// after the work (`process_before_response`).
@@ -51,76 +43,24 @@ fn turns(order: &str, on_newer: &str, quiet: &str, ack: Ack) -> String {
     )
 }
 
-/// The bot process, killed on drop.
-struct Bot {
-    kind: Bolt,
-    child: KillOnDrop,
-    port: u16,
-    out: PathBuf,
-    err: PathBuf,
-    _dir: tempfile::TempDir,
+/// The bot process (`turns_app`), killed on drop.
+struct Bot(BoltProcess);
+
+impl std::ops::Deref for Bot {
+    type Target = BoltProcess;
+    fn deref(&self) -> &BoltProcess {
+        &self.0
+    }
 }
 
 impl Bot {
     async fn start(kind: Bolt, ack: Ack, delay: f64, api_url: &str) -> Bot {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        // Bolt for Python lives in the checkout's own venv (scripts/deps), never in the system's.
-        let venv = root.join(".venv/bin/python3");
-        let python = if venv.exists() { venv.display().to_string() } else { "python3".into() };
-        let (program, dir, script) = match kind {
-            Bolt::Python => (python, root.join("tests/bolt/python"), "turns_app.py"),
-            Bolt::Js => ("node".to_string(), root.join("tests/bolt/js"), "turns_app.js"),
-        };
-        if kind == Bolt::Js {
-            assert!(dir.join("node_modules/@slack/bolt").exists(), "@slack/bolt is not installed: run scripts/deps");
-        }
-        let tmp = tempfile::tempdir().unwrap();
-        let (out, err) = (tmp.path().join("stdout.log"), tmp.path().join("stderr.log"));
-        let child = Command::new(&program)
-            .arg(script)
-            .current_dir(&dir)
-            .env("SLACK_SIGNING_SECRET", SECRET)
-            .env("SLACK_API_URL", api_url)
-            .env("PORT", "0")
-            .env("ACK_FIRST", if ack == Ack::First { "1" } else { "0" })
-            .env("ANSWER_DELAY", delay.to_string())
-            .env("PYTHONUNBUFFERED", "1")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            // Bolt reads these when set; the apps must run on `authorize` alone.
-            .env_remove("SLACK_BOT_TOKEN")
-            .env_remove("SLACK_CLIENT_ID")
-            .env_remove("SLACK_CLIENT_SECRET")
-            .env_remove("SLACK_STATE_SECRET")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program} on PATH (scripts/deps installs it): {e}"));
-        let mut bot = Bot { kind, child: KillOnDrop::new(child), port: 0, out, err, _dir: tmp };
-        let listening = eventually(Duration::from_secs(30), || {
-            if let Ok(Some(status)) = bot.child.try_wait() {
-                panic!("{kind:?} Bolt app exited with {status}:\n{}", bot.logs());
-            }
-            let port = bot.stdout().lines().find_map(|l| l.strip_prefix("LISTENING ")?.trim().parse().ok());
-            bot.port = port.unwrap_or(0);
-            port.is_some()
-        })
-        .await;
-        assert!(listening, "{kind:?} Bolt app did not listen:\n{}", bot.logs());
-        bot
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn stdout(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
-    }
-
-    fn logs(&self) -> String {
-        let err = std::fs::read_to_string(&self.err).unwrap_or_default();
-        format!("--- {:?} bot stdout ---\n{}--- {:?} bot stderr ---\n{err}", self.kind, self.stdout(), self.kind)
+        let env = [
+            ("SLACK_API_URL", api_url.to_string()),
+            ("ACK_FIRST", if ack == Ack::First { "1" } else { "0" }.to_string()),
+            ("ANSWER_DELAY", delay.to_string()),
+        ];
+        Bot(BoltProcess::start(kind, "turns_app", &env).await)
     }
 
     /// The app's `HANDLED <what> <ts> …` lines as `<what> <ts>`, in the order it printed them.
@@ -189,14 +129,6 @@ async fn series(admin_port: u16, name: &str, labels: &[(&str, &str)]) -> f64 {
         .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-async fn admin_get(admin_port: u16, path: &str) -> (u16, String) {
-    let mut req = Req::signed(path, Vec::new(), SECRET);
-    req.method = "GET";
-    req.headers.clear();
-    let (status, body) = send(admin_port, req).await;
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Redis, the fake Slack Web API, the relay, the bot and its gateways (all on one Redis).

@@ -214,7 +214,7 @@ fn turns_are_off_by_default_and_end_by_reply_when_the_egress_is_on() {
     assert!(!c.apps[0].turns.is_on());
     let with_egress =
         format!("[egress]\nlisten = \"127.0.0.1:0\"\n{}", app("a", "SG_T_TURNS_1", "turns = { order = \"queue\" }"));
-    let t = load(&with_egress).unwrap().apps[0].turns.clone();
+    let t = load(&with_egress).unwrap().apps[0].turns;
     assert_eq!((t.order, t.end, t.withhold_on_newer), (Order::Queue, End::Reply, false));
     assert_eq!(
         (t.quiet, t.pass_after, t.timeout),
@@ -242,7 +242,7 @@ fn turns_that_cannot_work_are_refused_with_the_key_named() {
         "[egress]\nlisten = \"127.0.0.1:0\"\n{}",
         app("a", "SG_T_TURNS_2", "turns = { order = \"queue\", on_newer = \"withhold\", quiet = \"1s\" }")
     );
-    let t = load(&withhold).unwrap().apps[0].turns.clone();
+    let t = load(&withhold).unwrap().apps[0].turns;
     assert!(t.withhold_on_newer && t.quiet == Duration::from_secs(1));
     let unknown = load_err(&app("a", "SG_T_TURNS_2", "turns = { order = \"queue\", when = \"now\" }"));
     assert_eq!(unknown.key, "(toml)", "{unknown}");

@@ -6,8 +6,7 @@
 //! the requests it rejects (401 on a bad signature) to stderr. `scripts/deps` installs both
 //! frameworks (`slack_bolt` from PyPI, `@slack/bolt` from npm).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,30 +16,22 @@ use crate::utils::*;
 mod payloads;
 use payloads::*;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Bolt {
-    Python,
-    Js,
-}
-
-impl Bolt {
-    /// What Bolt logs when it answers 401 to a bad signature.
-    fn rejection_log(self) -> &'static str {
-        match self {
-            Bolt::Python => "Invalid request signature detected",
-            Bolt::Js => "Failed to parse and verify the request data",
-        }
+/// What Bolt logs when it answers 401 to a bad signature.
+fn rejection_log(kind: Bolt) -> &'static str {
+    match kind {
+        Bolt::Python => "Invalid request signature detected",
+        Bolt::Js => "Failed to parse and verify the request data",
     }
 }
 
-/// One Bolt app process on a free loopback port; killed on drop.
-struct BoltApp {
-    kind: Bolt,
-    child: Option<Child>,
-    port: u16,
-    out: PathBuf,
-    err: PathBuf,
-    _dir: tempfile::TempDir,
+/// The compatibility app (`app.py` / `app.js`), killed on drop.
+struct BoltApp(BoltProcess);
+
+impl std::ops::Deref for BoltApp {
+    type Target = BoltProcess;
+    fn deref(&self) -> &BoltProcess {
+        &self.0
+    }
 }
 
 impl BoltApp {
@@ -51,92 +42,13 @@ impl BoltApp {
 
     /// With extra environment (`SLACK_API_URL`, `SLACK_API_TIMEOUT`, `SLOW_ONCE`).
     async fn start_with(kind: Bolt, slow: u64, env: &[(&str, String)]) -> BoltApp {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bolt");
-        // Bolt for Python lives in the checkout's own venv (scripts/deps), never in the system's.
-        let venv_python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python3");
-        let python = if venv_python.exists() { venv_python.display().to_string() } else { "python3".into() };
-        let (program, dir, script) = match kind {
-            Bolt::Python => (python.as_str(), root.join("python"), "app.py"),
-            Bolt::Js => ("node", root.join("js"), "app.js"),
-        };
-        if kind == Bolt::Js {
-            assert!(dir.join("node_modules/@slack/bolt").exists(), "@slack/bolt is not installed: run scripts/deps");
-        }
-        let tmp = tempfile::tempdir().unwrap();
-        let (out, err) = (tmp.path().join("stdout.log"), tmp.path().join("stderr.log"));
-        let child = Command::new(program)
-            .arg(script)
-            .current_dir(&dir)
-            .env("SLACK_SIGNING_SECRET", SECRET)
-            .env("PORT", "0")
-            .env("SLOW", slow.to_string())
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("PYTHONUNBUFFERED", "1")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            // Bolt reads these when set; the apps must run on `authorize` alone.
-            .env_remove("SLACK_BOT_TOKEN")
-            .env_remove("SLACK_CLIENT_ID")
-            .env_remove("SLACK_CLIENT_SECRET")
-            .env_remove("SLACK_STATE_SECRET")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program} on PATH (scripts/deps installs it): {e}"));
-        let mut app = BoltApp { kind, child: Some(child), port: 0, out, err, _dir: tmp };
-        // The app binds any free port and prints it.
-        let listening = eventually(Duration::from_secs(30), || {
-            let port = app.stdout().lines().find_map(|l| l.strip_prefix("LISTENING ")?.trim().parse().ok());
-            if let Some(Ok(Some(status))) = app.child.as_mut().map(|c| c.try_wait()) {
-                panic!("{kind:?} Bolt app exited with {status}:\n{}", app.logs());
-            }
-            app.port = port.unwrap_or(0);
-            port.is_some()
-        })
-        .await;
-        assert!(listening, "{kind:?} Bolt app did not listen:\n{}", app.logs());
-        app
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn stdout(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.err).unwrap_or_default()
-    }
-
-    fn logs(&self) -> String {
-        format!(
-            "--- {:?} app stdout ---\n{}--- {:?} app stderr ---\n{}",
-            self.kind,
-            self.stdout(),
-            self.kind,
-            self.stderr()
-        )
-    }
-
-    /// The app's `HANDLED <what> …` lines.
-    fn handled_lines(&self, what: &str) -> Vec<String> {
-        let tag = format!("HANDLED {what}");
-        self.stdout().lines().filter(|l| *l == tag || l.starts_with(&format!("{tag} "))).map(String::from).collect()
+        let mut all = vec![("SLOW", slow.to_string())];
+        all.extend(env.iter().cloned());
+        BoltApp(BoltProcess::start(kind, "app", &all).await)
     }
 
     fn handled(&self, what: &str) -> usize {
         self.handled_lines(what).len()
-    }
-}
-
-impl Drop for BoltApp {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
@@ -205,7 +117,7 @@ async fn app_mention_is_handled_once_with_a_valid_signature(kind: Bolt) {
     let forged = Req::signed("/slack/events", app_mention("EvForged", "1700000000.000001", "forged"), "not-the-secret");
     assert_eq!(send(rig.app.port, forged).await.0, 401, "{}", rig.logs());
     assert!(
-        eventually(Duration::from_secs(5), || rig.app.stderr().contains(kind.rejection_log())).await,
+        eventually(Duration::from_secs(5), || rig.app.stderr().contains(rejection_log(kind))).await,
         "Bolt logs what it rejects\n{}",
         rig.logs()
     );

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+mod bolt_process;
 mod child;
 mod fake_slack;
 mod gateway;
@@ -16,6 +17,7 @@ mod relay;
 mod tls;
 mod wait;
 
+pub use bolt_process::{Bolt, BoltProcess};
 pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack, Look};
 pub use gateway::{started_on, Gateway, GatewayConfig};

@@ -34,6 +34,15 @@ pub async fn metric_reaches(admin_port: u16, series: &str, at_least: f64, limit:
     until(limit, async || super::metric(admin_port, series).await >= at_least).await
 }
 
+/// `GET path` on the admin port (no token): its status and body.
+pub async fn admin_get(admin_port: u16, path: &str) -> (u16, String) {
+    let mut req = Req::signed(path, Vec::new(), SECRET);
+    req.method = "GET";
+    req.headers.clear();
+    let (status, body) = send(admin_port, req).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
 /// What `GET /stats` on the admin port says of each app's outbox, read from Redis on the spot
 /// (the `/metrics` gauges lag up to 5 s behind). `token`: the `[server] admin_token`, if any.
 pub async fn outbox_stats(admin_port: u16, token: Option<&str>) -> serde_json::Value {
