@@ -2,8 +2,9 @@
 //! conversation's turn, its held deliveries and those deliveries' records share the shard's
 //! hash tag (a conversation picks its shard), so every step is one atomic script:
 //!
-//! - a worker that leases a delivery of a conversation whose turn another delivery holds puts
-//!   it to wait, off the stream (`LOAD`);
+//! - a worker reads a delivery and, in the same step, gives it its conversation's turn or, when
+//!   another delivery holds the turn, puts it to wait off the stream (`READ_LOADED`,
+//!   `RECLAIM_LOADED`);
 //! - the delivery's end — the bot's 2xx, or its refusal — ends the turn or starts its wait for
 //!   the bot's replies (`FINISH`);
 //! - the egress's writes of the turn renew it, close it, or are withheld when a newer message
@@ -12,8 +13,9 @@
 //!   delivery was cancelled (`TURN_DUE`).
 //!
 //! Ending a turn hands it to the next held delivery (the oldest; with `latest` the newest, the
-//! rest superseded) and puts that one on the stream. A turn is a deadline in the shard's turn
-//! index, never a lock: a gateway that dies mid-turn holds nothing past it.
+//! rest superseded) and puts that one on the stream. A turn is a lease, never a lock: its key
+//! lives for its timeout (and a minute), and whatever waits for it puts it in the shard's turn
+//! index by its deadline, so a gateway that dies mid-turn holds nothing past it.
 //!
 //! Keys, under the shard's tag: `…:tn:<conversation>` the turn (its holder, its message's ts,
 //! when it began, answered, writes, the last write, waiters, cancelled; see the scripts' codec),
