@@ -13,7 +13,9 @@ mod dead;
 mod lazy;
 mod maintain;
 mod model;
+mod read;
 mod scripts;
+mod shards;
 mod turns;
 
 use crate::store::Conn;
@@ -24,10 +26,11 @@ pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 use model::stored;
 pub use model::{Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
+pub use read::{read_new, Read};
 pub use turns::{Finished, Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, TurnWrite, Turns, WriteKind};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::collections::HashMap;
@@ -253,94 +256,6 @@ impl Store {
         Ok((!map.is_empty()).then(|| stored(&map)))
     }
 
-    /// Load the deliveries a worker just leased, checking in the same step that each lease is
-    /// still its own (an attempt is never sent for an entry another worker holds): one round
-    /// trip for a whole read, one [`Loaded`] per lease, in order.
-    pub async fn load_leased(
-        &self,
-        keys: &ShardKeys,
-        consumer: &str,
-        leases: &[Lease],
-    ) -> Result<Vec<Loaded>, StoreError> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut invocation = self.load.key(&keys.stream);
-        // (No turns: the delivery workers read and load in one step, `read_loaded`.)
-        invocation.arg(GROUP).arg(consumer).arg("").arg(crate::clock::now_ms()).arg(&keys.tag);
-        for l in leases {
-            invocation.key(keys.delivery(&l.delivery)).arg(&l.entry).arg(l.token);
-        }
-        let replies: Vec<Value> = invocation.invoke_async(&mut self.conn.clone()).await?;
-        if replies.len() != leases.len() {
-            return Err(StoreError::Protocol(format!("{} loads for {} leases", replies.len(), leases.len())));
-        }
-        replies.into_iter().map(loaded).collect()
-    }
-
-    /// Read up to `count` new entries for `consumer` and load their deliveries in the same
-    /// step, holding those whose conversation's turn another delivery has (`rules`): no entry
-    /// is ever leased and left unloaded, or out of its turn, by a reader that dies. Nothing
-    /// new: the group's last delivered id, to [wait after](Store::wait_for_new).
-    pub async fn read_loaded(
-        &self,
-        keys: &ShardKeys,
-        consumer: &str,
-        count: usize,
-        rules: Option<&TurnRules>,
-    ) -> Result<Read, StoreError> {
-        let flat: Vec<Value> = self
-            .read_loaded
-            .key(&keys.stream)
-            .arg(GROUP)
-            .arg(consumer)
-            .arg(count)
-            .arg(rules.map(|r| r.timeout.as_millis().to_string()).unwrap_or_default())
-            .arg(crate::clock::now_ms())
-            .arg(&keys.tag)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        if let [last] = flat.as_slice() {
-            let last: String = redis::from_redis_value_ref(last).map_err(|e| StoreError::Protocol(e.to_string()))?;
-            return Ok(Read { leased: Vec::new(), last_delivered: last });
-        }
-        Ok(Read { leased: leased(flat)?, last_delivered: String::new() })
-    }
-
-    /// Take over entries idle longer than `lease` and load their deliveries in the same step
-    /// (see [`Store::read_loaded`]).
-    pub async fn reclaim_loaded(
-        &self,
-        keys: &ShardKeys,
-        consumer: &str,
-        lease: Duration,
-        max: usize,
-        rules: Option<&TurnRules>,
-    ) -> Result<Vec<(Lease, Loaded)>, StoreError> {
-        let flat: Vec<Value> = self
-            .reclaim_loaded
-            .key(&keys.stream)
-            .arg(GROUP)
-            .arg(consumer)
-            .arg(lease.as_millis() as u64)
-            .arg(max)
-            .arg(rules.map(|r| r.timeout.as_millis().to_string()).unwrap_or_default())
-            .arg(crate::clock::now_ms())
-            .arg(&keys.tag)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        leased(flat)
-    }
-
-    /// Wait up to `block` for an entry after `after` (the group's last delivered id), on a
-    /// connection of its own (see [`Store::read_new`]).
-    pub async fn wait_for_new(&self, keys: &ShardKeys, after: &str, block: Duration) -> Result<(), StoreError> {
-        let opts = redis::streams::StreamReadOptions::default().count(1).block(block.as_millis() as usize);
-        let _: Option<redis::streams::StreamReadReply> =
-            self.conn.clone().xread_options(&[&keys.stream], &[after], &opts).await?;
-        Ok(())
-    }
-
     /// Keep holding an entry during a long attempt. `false`: the lease was lost.
     pub async fn extend(&self, keys: &ShardKeys, consumer: &str, lease: &Lease) -> Result<bool, StoreError> {
         let ok: i64 = fenced(&self.extend, keys, consumer, lease).invoke_async(&mut self.conn.clone()).await?;
@@ -427,81 +342,9 @@ impl Store {
         Ok(format!("{kind}, role {}, {} replicas connected", field(&info, "role:"), field(&info, "connected_slaves:")))
     }
 
-    /// The connection underneath, for other records kept in the same Redis.
-    /// Read new entries for `consumer`, blocking up to `block`. Call it on a store of its own
-    /// (a [`LazyStore`] the reader alone uses): a blocking read would stall every other command
-    /// on a shared multiplexed connection.
-    pub async fn read_new(
-        &self,
-        keys: &ShardKeys,
-        consumer: &str,
-        count: usize,
-        block: Duration,
-    ) -> Result<Vec<Lease>, StoreError> {
-        read_new(&mut self.conn.clone(), keys, consumer, count, block).await
-    }
-
     /// The conversation records of `prefix`, kept for `window`, on this store's connection.
     pub fn conversations(&self, prefix: &str, window: Duration) -> Conversations {
         Conversations::new(self.conn.clone(), prefix, window)
-    }
-
-    /// The shards an app's deliveries may be waiting in: `configured`, or more when it once
-    /// had more (those are read until empty, never written). `register`: record `configured`
-    /// as in use (the delivery workers do; the tools only look).
-    pub async fn shards_in_use(
-        &self,
-        prefix: &str,
-        app: &str,
-        configured: u16,
-        register: bool,
-    ) -> Result<u16, StoreError> {
-        let key = format!("{{{prefix}}}:shards");
-        let had: u16 = if register {
-            self.shards_in_use.key(&key).arg(app).arg(configured).invoke_async(&mut self.conn.clone()).await?
-        } else {
-            let v: Option<u16> = self.conn.clone().hget(&key, app).await?;
-            v.unwrap_or(0)
-        };
-        Ok(had.max(configured))
-    }
-
-    /// When this deployment's conversations began to pick their deliveries' shards (ms; 0:
-    /// always). The delivery workers register it the first time this version runs.
-    pub async fn sharded_by_conversation(&self, prefix: &str, now_ms: u64) -> Result<u64, StoreError> {
-        let key = format!("{{{prefix}}}:shards");
-        static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::SHARDED_BY_CONVERSATION));
-        Ok(SCRIPT.key(key).arg(now_ms).invoke_async(&mut self.conn.clone()).await?)
-    }
-
-    /// A delivery whose shard a version before turns chose otherwise (`earlier`): its
-    /// receipt or message claim recorded there by that version makes it a duplicate — a retry
-    /// across the upgrade still finds its receipt. Else both are claimed there too.
-    pub async fn earlier_receipt(
-        &self,
-        earlier: &ShardKeys,
-        now_shard: u16,
-        d: &NewDelivery<'_>,
-    ) -> Result<Option<Recorded>, StoreError> {
-        let receipt = d.receipt.map(|r| earlier.receipt(r));
-        let claim = d.claim.map(|c| earlier.receipt(c));
-        let first = receipt.clone().or_else(|| claim.clone()).unwrap_or_else(|| earlier.delivery(d.id));
-        static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::EARLIER_RECEIPT));
-        let (status, id): (i64, String) = SCRIPT
-            .key(receipt.as_deref().unwrap_or(&first))
-            .key(claim.as_deref().unwrap_or(&first))
-            .arg(format!("{now_shard}-"))
-            .arg(d.id)
-            .arg(d.ttl.as_millis() as u64)
-            .arg(u8::from(receipt.is_some()))
-            .arg(u8::from(claim.is_some()))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(match status {
-            0 => Some(Recorded::Duplicate(id)),
-            2 => Some(Recorded::DuplicateMessage(id)),
-            _ => None,
-        })
     }
 
     /// PING, for readiness.
@@ -511,76 +354,10 @@ impl Store {
     }
 }
 
-/// What one read found: the entries leased, each with its delivery loaded; or, when there was
-/// nothing new, the group's last delivered id.
-#[derive(Debug)]
-pub struct Read {
-    pub leased: Vec<(Lease, Loaded)>,
-    pub last_delivered: String,
-}
-
-/// A delivery as a load script answered for one lease: its fields (none: gone), 0 (the lease
-/// was lost) or 1 (held for its conversation's turn).
-fn loaded(reply: Value) -> Result<Loaded, StoreError> {
-    match reply {
-        Value::Int(0) => return Ok(Loaded::LeaseLost),
-        Value::Int(_) => return Ok(Loaded::Held),
-        _ => {}
-    }
-    let map: HashMap<String, Vec<u8>> =
-        redis::from_redis_value(reply).map_err(|e| StoreError::Protocol(e.to_string()))?;
-    Ok(if map.is_empty() { Loaded::Gone } else { Loaded::Stored(Box::new(stored(&map))) })
-}
-
-/// `{entry, delivery, token, load, …}` as leases with their loads.
-fn leased(flat: Vec<Value>) -> Result<Vec<(Lease, Loaded)>, StoreError> {
-    if flat.len() % 4 != 0 {
-        return Err(StoreError::Protocol(format!("{} values for leases of four", flat.len())));
-    }
-    let mut out = Vec::with_capacity(flat.len() / 4);
-    let mut values = flat.into_iter();
-    while let (Some(entry), Some(delivery), Some(token), Some(load)) =
-        (values.next(), values.next(), values.next(), values.next())
-    {
-        let bad = |e: redis::ParsingError| StoreError::Protocol(e.to_string());
-        let lease = Lease {
-            entry: redis::from_redis_value(entry).map_err(bad)?,
-            delivery: redis::from_redis_value(delivery).map_err(bad)?,
-            token: redis::from_redis_value(token).map_err(bad)?,
-        };
-        out.push((lease, loaded(load)?));
-    }
-    Ok(out)
-}
-
 /// A fenced script's invocation: the shard's stream as the first key, and the lease's fence
 /// (group, entry, consumer, token) as the first arguments; the caller adds the rest.
 fn fenced<'a>(script: &'a Script, keys: &ShardKeys, consumer: &str, lease: &Lease) -> redis::ScriptInvocation<'a> {
     let mut invocation = script.key(&keys.stream);
     invocation.arg(GROUP).arg(&lease.entry).arg(consumer).arg(lease.token);
     invocation
-}
-
-/// Read new entries for `consumer` on `conn`, blocking up to `block` (see [`Store::read_new`]).
-pub async fn read_new(
-    conn: &mut Conn,
-    keys: &ShardKeys,
-    consumer: &str,
-    count: usize,
-    block: Duration,
-) -> Result<Vec<Lease>, StoreError> {
-    let opts = redis::streams::StreamReadOptions::default()
-        .group(GROUP, consumer)
-        .count(count)
-        .block(block.as_millis() as usize);
-    let reply: Option<redis::streams::StreamReadReply> = conn.xread_options(&[&keys.stream], &[">"], &opts).await?;
-    let mut out = Vec::new();
-    for key in reply.map(|r| r.keys).unwrap_or_default() {
-        for e in key.ids {
-            let delivery: String = e.get("d").unwrap_or_default();
-            // Fresh entries are handed out with a delivery count of 1.
-            out.push(Lease { entry: e.id, delivery, token: 1 });
-        }
-    }
-    Ok(out)
 }

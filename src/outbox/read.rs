@@ -1,0 +1,179 @@
+//! How a worker takes its entries: the blocking read and its fenced load, the one-step read
+//! and re-claim that load as they lease (for apps with turns), and the wait for new entries.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::{AsyncCommands, Value};
+
+use super::model::stored;
+use super::{Conn, Lease, Loaded, ShardKeys, Store, StoreError, TurnRules, GROUP};
+
+impl Store {
+    /// Load the deliveries a worker just leased, checking in the same step that each lease is
+    /// still its own (an attempt is never sent for an entry another worker holds): one round
+    /// trip for a whole read, one [`Loaded`] per lease, in order.
+    pub async fn load_leased(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        leases: &[Lease],
+    ) -> Result<Vec<Loaded>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = self.load.key(&keys.stream);
+        // (No turns: the delivery workers read and load in one step, `read_loaded`.)
+        invocation.arg(GROUP).arg(consumer).arg("").arg(crate::clock::now_ms()).arg(&keys.tag);
+        for l in leases {
+            invocation.key(keys.delivery(&l.delivery)).arg(&l.entry).arg(l.token);
+        }
+        let replies: Vec<Value> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        if replies.len() != leases.len() {
+            return Err(StoreError::Protocol(format!("{} loads for {} leases", replies.len(), leases.len())));
+        }
+        replies.into_iter().map(loaded).collect()
+    }
+
+    /// Read up to `count` new entries for `consumer` and load their deliveries in the same
+    /// step, holding those whose conversation's turn another delivery has (`rules`): no entry
+    /// is ever leased and left unloaded, or out of its turn, by a reader that dies. Nothing
+    /// new: the group's last delivered id, to [wait after](Store::wait_for_new).
+    pub async fn read_loaded(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        count: usize,
+        rules: Option<&TurnRules>,
+    ) -> Result<Read, StoreError> {
+        let flat: Vec<Value> = self
+            .read_loaded
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(count)
+            .arg(rules.map(|r| r.timeout.as_millis().to_string()).unwrap_or_default())
+            .arg(crate::clock::now_ms())
+            .arg(&keys.tag)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        if let [last] = flat.as_slice() {
+            let last: String = redis::from_redis_value_ref(last).map_err(|e| StoreError::Protocol(e.to_string()))?;
+            return Ok(Read { leased: Vec::new(), last_delivered: last });
+        }
+        Ok(Read { leased: leased(flat)?, last_delivered: String::new() })
+    }
+
+    /// Take over entries idle longer than `lease` and load their deliveries in the same step
+    /// (see [`Store::read_loaded`]).
+    pub async fn reclaim_loaded(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        lease: Duration,
+        max: usize,
+        rules: Option<&TurnRules>,
+    ) -> Result<Vec<(Lease, Loaded)>, StoreError> {
+        let flat: Vec<Value> = self
+            .reclaim_loaded
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(lease.as_millis() as u64)
+            .arg(max)
+            .arg(rules.map(|r| r.timeout.as_millis().to_string()).unwrap_or_default())
+            .arg(crate::clock::now_ms())
+            .arg(&keys.tag)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        leased(flat)
+    }
+
+    /// Wait up to `block` for an entry after `after` (the group's last delivered id), on a
+    /// connection of its own (see [`Store::read_new`]).
+    pub async fn wait_for_new(&self, keys: &ShardKeys, after: &str, block: Duration) -> Result<(), StoreError> {
+        let opts = redis::streams::StreamReadOptions::default().count(1).block(block.as_millis() as usize);
+        let _: Option<redis::streams::StreamReadReply> =
+            self.conn.clone().xread_options(&[&keys.stream], &[after], &opts).await?;
+        Ok(())
+    }
+
+    /// Read new entries for `consumer`, blocking up to `block`. Call it on a store of its own
+    /// (a [`LazyStore`] the reader alone uses): a blocking read would stall every other command
+    /// on a shared multiplexed connection.
+    pub async fn read_new(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<Lease>, StoreError> {
+        read_new(&mut self.conn.clone(), keys, consumer, count, block).await
+    }
+}
+
+/// What one read found: the entries leased, each with its delivery loaded; or, when there was
+/// nothing new, the group's last delivered id.
+#[derive(Debug)]
+pub struct Read {
+    pub leased: Vec<(Lease, Loaded)>,
+    pub last_delivered: String,
+}
+
+/// A delivery as a load script answered for one lease: its fields (none: gone), 0 (the lease
+/// was lost) or 1 (held for its conversation's turn).
+fn loaded(reply: Value) -> Result<Loaded, StoreError> {
+    match reply {
+        Value::Int(0) => return Ok(Loaded::LeaseLost),
+        Value::Int(_) => return Ok(Loaded::Held),
+        _ => {}
+    }
+    let map: HashMap<String, Vec<u8>> =
+        redis::from_redis_value(reply).map_err(|e| StoreError::Protocol(e.to_string()))?;
+    Ok(if map.is_empty() { Loaded::Gone } else { Loaded::Stored(Box::new(stored(&map))) })
+}
+
+/// `{entry, delivery, token, load, …}` as leases with their loads.
+fn leased(flat: Vec<Value>) -> Result<Vec<(Lease, Loaded)>, StoreError> {
+    if flat.len() % 4 != 0 {
+        return Err(StoreError::Protocol(format!("{} values for leases of four", flat.len())));
+    }
+    let mut out = Vec::with_capacity(flat.len() / 4);
+    let mut values = flat.into_iter();
+    while let (Some(entry), Some(delivery), Some(token), Some(load)) =
+        (values.next(), values.next(), values.next(), values.next())
+    {
+        let bad = |e: redis::ParsingError| StoreError::Protocol(e.to_string());
+        let lease = Lease {
+            entry: redis::from_redis_value(entry).map_err(bad)?,
+            delivery: redis::from_redis_value(delivery).map_err(bad)?,
+            token: redis::from_redis_value(token).map_err(bad)?,
+        };
+        out.push((lease, loaded(load)?));
+    }
+    Ok(out)
+}
+
+/// Read new entries for `consumer` on `conn`, blocking up to `block` (see [`Store::read_new`]).
+pub async fn read_new(
+    conn: &mut Conn,
+    keys: &ShardKeys,
+    consumer: &str,
+    count: usize,
+    block: Duration,
+) -> Result<Vec<Lease>, StoreError> {
+    let opts = redis::streams::StreamReadOptions::default()
+        .group(GROUP, consumer)
+        .count(count)
+        .block(block.as_millis() as usize);
+    let reply: Option<redis::streams::StreamReadReply> = conn.xread_options(&[&keys.stream], &[">"], &opts).await?;
+    let mut out = Vec::new();
+    for key in reply.map(|r| r.keys).unwrap_or_default() {
+        for e in key.ids {
+            let delivery: String = e.get("d").unwrap_or_default();
+            // Fresh entries are handed out with a delivery count of 1.
+            out.push(Lease { entry: e.id, delivery, token: 1 });
+        }
+    }
+    Ok(out)
+}

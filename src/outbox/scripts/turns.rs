@@ -1,0 +1,215 @@
+//! The turns' scripts (see `outbox::turns`): the helpers every script that moves a turn
+//! shares, and the egress's and the housekeeping's own steps of a turn.
+
+/// Helpers shared by the scripts that move a conversation's turn (see `turns`); they build on
+/// the claim helpers and the turn codec. `tag` is the shard's key tag; `now` and `timeout` are
+/// numbers (ms).
+macro_rules! with_turn_helpers {
+    ($body:expr) => {
+        with_claim_helpers!(with_turn_codec!(concat!(
+            r#"
+local function supersede(tag, id, by, now)
+  local hk = tag .. ':d:' .. id
+  local mc = redis.call('HGET', hk, 'mc')
+  if mc then drop_alternates(mc, tag) end
+  redis.call('XADD', tag .. ':superseded', 'MAXLEN', '~', 1000, '*', 'd', id, 'by', by, 'at', now,
+    'cv', redis.call('HGET', hk, 'cv') or '')
+  redis.call('INCR', tag .. ':superseded:n')
+  redis.call('DEL', hk)
+  redis.call('ZREM', tag .. ':wait', id)
+end
+local function release(tag, conv, now, order, timeout)
+  local qk = tag .. ':tq:' .. conv
+  local superseded = {}
+  while true do
+    local first
+    if order == 'latest' then
+      first = redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')
+    else
+      first = redis.call('ZRANGE', qk, 0, 0, 'WITHSCORES')
+    end
+    if #first == 0 then
+      redis.call('ZREM', tag .. ':waiting', conv)
+      return '', superseded
+    end
+    local id = first[1]
+    redis.call('ZREM', qk, id)
+    local hk = tag .. ':d:' .. id
+    local cv = redis.call('HGET', hk, 'cv')
+    if cv then
+      if order == 'latest' then
+        for _, old in ipairs(redis.call('ZRANGE', qk, '-inf', '(' .. first[2], 'BYSCORE')) do
+          if redis.call('EXISTS', tag .. ':d:' .. old) == 1 then
+            supersede(tag, old, id, now)
+            superseded[#superseded + 1] = old
+          end
+        end
+        redis.call('ZREMRANGEBYSCORE', qk, '-inf', '(' .. first[2])
+      end
+      redis.call('HSET', hk, 'e', redis.call('XADD', tag .. ':outbox', '*', 'd', id))
+      local left = redis.call('ZCARD', qk)
+      if left == 0 then
+        redis.call('ZREM', tag .. ':waiting', conv)
+      else
+        redis.call('ZADD', tag .. ':waiting', left, conv)
+      end
+      if order ~= 'off' then
+        local _, ts = conv_of(cv)
+        turn_put(tag .. ':tn:' .. conv, {d = id, ts = ts or first[2], at = now, q = left > 0}, timeout + 60000)
+        if left > 0 then
+          redis.call('ZADD', tag .. ':turns', now + timeout, conv)
+        end
+      end
+      return id, superseded
+    end
+  end
+end
+-- `t`: the turn as it was (nil when its key is gone). Returns {duration ms, released id,
+-- {superseded ids}}.
+local function end_turn(tag, conv, t, now, order, timeout)
+  redis.call('DEL', tag .. ':tn:' .. conv)
+  if not t or t.q or t.ok or (t.x or '') ~= '' then
+    redis.call('ZREM', tag .. ':turns', conv)
+  end
+  local released, superseded = '', {}
+  if not t or t.q then
+    released, superseded = release(tag, conv, now, order, timeout)
+  end
+  return {math.max(now - (t and t.at or now), 0), released, superseded}
+end
+-- A leased delivery (its hash's `cv`) takes its conversation's turn, or waits for it off the
+-- stream: false when it waits.
+local function begin_turn(tag, group, entry, id, hk, cv, now, timeout)
+  local conv, ts = conv_of(cv)
+  if not conv then return true end
+  local tk = tag .. ':tn:' .. conv
+  local t = turn_get(tk)
+  if t and t.d == id then return true end
+  if not t then
+    turn_put(tk, {d = id, ts = ts, at = now}, timeout + 60000)
+    return true
+  end
+  redis.call('XACK', tag .. ':outbox', group, entry)
+  redis.call('XDEL', tag .. ':outbox', entry)
+  redis.call('HSET', hk, 'hq', conv)
+  redis.call('ZADD', tag .. ':tq:' .. conv, ts, id)
+  redis.call('ZINCRBY', tag .. ':waiting', 1, conv)
+  if not t.q then
+    t.q = true
+    turn_put(tk, t)
+    redis.call('ZADD', tag .. ':turns', 'NX', t.at + timeout, conv)
+  end
+  return false
+end
+local function field(list, name)
+  for j = 1, #list, 2 do
+    if list[j] == name then return list[j + 1] end
+  end
+  return nil
+end
+-- A leased entry's delivery: its fields, an empty list when it is gone, or 1 when it was put
+-- to wait for its conversation's turn (`timeout` nil: the app takes none).
+local function load_entry(tag, group, entry, id, now, timeout)
+  local hk = tag .. ':d:' .. id
+  local fields = redis.call('HGETALL', hk)
+  if timeout and #fields > 0 and not begin_turn(tag, group, entry, id, hk, field(fields, 'cv'), now, timeout) then
+    return 1
+  end
+  return fields
+end
+-- The delivery id an entry's fields name ('' when none).
+local function entry_delivery(fields)
+  for i = 1, #fields, 2 do
+    if fields[i] == 'd' then return fields[i + 1] end
+  end
+  return ''
+end
+"#,
+            $body
+        )))
+    };
+}
+
+/// KEYS: none declared beyond the shard's tag (ARGV[1]); every key is built from it.
+/// ARGV: 1 key tag, 2 conversation, 3 the delivery the write is attributed to, 4 its message
+/// ts, 5 what the write is (post | continue | close | status), 6 now ms, 7 withhold when newer
+/// (0/1), 8 quiet ms, 9 timeout ms, 10 order (queue | latest).
+///
+/// A write of the turn's own delivery renews the turn (ends it, for a closing call); a new post
+/// when a newer message of the conversation waits — or holds the turn already — is withheld
+/// (with `withhold`), which ends the turn it belongs to. Returns {verdict (post | withhold),
+/// how the turn ended or '', duration ms, released id, {superseded ids}}.
+pub const TURN_WRITE: &str = with_turn_helpers!(
+    r#"
+local tag, conv, id, ts, class = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local now, quiet, timeout, order = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local tk = tag .. ':tn:' .. conv
+local t = turn_get(tk)
+local mine = t and t.d == id
+if class == 'post' and ARGV[7] == '1' then
+  local newer = false
+  if not t or t.q then
+    newer = #redis.call('ZRANGE', tag .. ':tq:' .. conv, '(' .. ts, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0
+  end
+  if not newer and t and not mine then
+    newer = (tonumber(t.ts) or 0) > tonumber(ts)
+  end
+  if newer then
+    if mine then
+      local e = end_turn(tag, conv, t, now, order, timeout)
+      return {'withhold', 'superseded', e[1], e[2], e[3]}
+    end
+    return {'withhold', '', 0, '', {}}
+  end
+end
+if mine then
+  t.w = t.w + 1
+  t.lw = now
+  if class == 'close' then
+    local e = end_turn(tag, conv, t, now, order, timeout)
+    return {'post', 'reply', e[1], e[2], e[3]}
+  end
+  turn_put(tk, t)
+  if t.ok then
+    redis.call('ZADD', tag .. ':turns', math.min(now + quiet, t.at + timeout), conv)
+  end
+end
+return {'post', '', 0, '', {}}
+"#
+);
+
+/// KEYS: the shard's turn index, its conversations with deliveries held. ARGV: 1 key tag,
+/// 2 now ms, 3 order (queue | latest | off), 4 timeout ms, 5 most turns ended per call.
+///
+/// Ends the turns that are due: timed out, passed (answered, nothing written within
+/// `pass_after`), replied (written, then quiet), or whose delivery was cancelled. With order
+/// `off` (an app whose `turns` were turned off) every turn ends and everything held is
+/// released. Returns {{how, duration ms, released id, {superseded ids}}, …}.
+pub const TURN_DUE: &str = with_turn_helpers!(
+    r#"
+local tag, now, order, timeout, max = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {}
+if order == 'off' then
+  for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], 0, max - 1)) do
+    local e = end_turn(tag, conv, turn_get(tag .. ':tn:' .. conv), now, 'off', timeout)
+    out[#out + 1] = {'off', e[1], e[2], e[3]}
+  end
+  for _, conv in ipairs(redis.call('ZRANGE', KEYS[2], 0, max - 1)) do
+    while release(tag, conv, now, 'off', timeout) ~= '' do end
+  end
+  return out
+end
+for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, max)) do
+  local t = turn_get(tag .. ':tn:' .. conv)
+  local how = 'timeout'
+  if t and t.x == 'cancelled' then
+    how = 'cancelled'
+  elseif t and now < t.at + timeout and t.ok then
+    how = (t.w > 0) and 'reply' or 'passed'
+  end
+  local e = end_turn(tag, conv, t, now, order, timeout)
+  out[#out + 1] = {how, e[1], e[2], e[3]}
+end
+return out
+"#
+);

@@ -1,0 +1,259 @@
+//! The turns tests' rig: Redis, the fake Slack Web API, a relay, an unmodified Bolt bot and the
+//! gateways in front of it; the messages a test sends and what it reads back.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::utils::*;
+
+/// How the bot answers Slack's request: Bolt's default, ack first (2xx, then the work), or
+/// after the work (`process_before_response`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Ack {
+    First,
+    AfterWork,
+}
+
+impl Ack {
+    /// The `end` the gateway is configured with for such a bot, which is also how its turns end.
+    pub(super) fn end(self) -> &'static str {
+        match self {
+            Ack::First => "reply",
+            Ack::AfterWork => "answer",
+        }
+    }
+}
+
+/// The app's `turns = { … }` with the suite's short times.
+pub(super) fn turns(order: &str, on_newer: &str, quiet: &str, ack: Ack) -> String {
+    format!(
+        r#"turns = {{ order = "{order}", on_newer = "{on_newer}", end = "{}", quiet = "{quiet}", pass_after = "3s", timeout = "8s" }}"#,
+        ack.end()
+    )
+}
+
+/// The bot process (`turns_app`), killed on drop.
+pub(super) struct Bot(BoltProcess);
+
+impl std::ops::Deref for Bot {
+    type Target = BoltProcess;
+    fn deref(&self) -> &BoltProcess {
+        &self.0
+    }
+}
+
+impl Bot {
+    pub(super) async fn start(kind: Bolt, ack: Ack, delay: f64, api_url: &str) -> Bot {
+        let env = [
+            ("SLACK_API_URL", api_url.to_string()),
+            ("ACK_FIRST", if ack == Ack::First { "1" } else { "0" }.to_string()),
+            ("ANSWER_DELAY", delay.to_string()),
+        ];
+        Bot(BoltProcess::start(kind, "turns_app", &env).await)
+    }
+
+    /// The app's `HANDLED <what> <ts> …` lines as `<what> <ts>`, in the order it printed them.
+    pub(super) fn seen(&self) -> Vec<String> {
+        self.stdout()
+            .lines()
+            .filter_map(|l| l.strip_prefix("HANDLED "))
+            .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+}
+
+/// One human message as Slack sends it.
+pub(super) struct Msg {
+    pub(super) channel: &'static str,
+    pub(super) channel_type: &'static str,
+    pub(super) ts: String,
+    pub(super) thread_ts: Option<String>,
+    pub(super) text: String,
+}
+
+impl Msg {
+    /// The text the bot answers it with.
+    pub(super) fn answer(&self) -> String {
+        format!("answer to {}", self.ts)
+    }
+
+    pub(super) fn event(&self) -> Vec<u8> {
+        let mut event = json!({
+            "type": "message", "user": "U1", "text": self.text, "ts": self.ts, "team": "T1",
+            "channel": self.channel, "channel_type": self.channel_type, "event_ts": self.ts, "blocks": []
+        });
+        if let Some(thread) = &self.thread_ts {
+            event["thread_ts"] = json!(thread);
+            event["parent_user_id"] = json!("U1");
+        }
+        json!({
+            "token": "verification-token",
+            "team_id": "T1",
+            "api_app_id": "A1",
+            "event": event,
+            "type": "event_callback",
+            "event_id": format!("Ev{}{}", self.channel, self.ts.replace('.', "")),
+            "event_time": unix_now(),
+            "authorizations": [{
+                "enterprise_id": null, "team_id": "T1", "user_id": "UBOT", "is_bot": true, "is_enterprise_install": false
+            }],
+            "is_ext_shared_channel": false,
+            "event_context": "4-eyJldCI6Im1lc3NhZ2UifQ"
+        })
+        .to_string()
+        .into_bytes()
+    }
+}
+
+/// `start`/`answered` of each message in turn: what one turn at a time looks like.
+pub(super) fn one_at_a_time(msgs: &[&Msg]) -> Vec<String> {
+    msgs.iter().flat_map(|m| [format!("start {}", m.ts), format!("answered {}", m.ts)]).collect()
+}
+
+/// The sum of the samples of `name` on a gateway's `/metrics` whose labels include `labels`.
+pub(super) async fn series(admin_port: u16, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, body) = admin_get(admin_port, "/metrics").await;
+    body.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Redis, the fake Slack Web API, the relay, the bot and its gateways (all on one Redis).
+pub(super) struct Rig {
+    pub(super) redis: RedisServer,
+    pub(super) slack: FakeSlack,
+    pub(super) relay: Relay,
+    pub(super) bot: Bot,
+    pub(super) gws: Vec<Gateway>,
+    /// The seconds part of this test's message timestamps (now, as Slack's are).
+    pub(super) base: i64,
+}
+
+impl Rig {
+    pub(super) async fn start(kind: Bolt, ack: Ack, name: &str, turns: String, delay: f64) -> Rig {
+        Self::start_n(kind, ack, name, turns, delay, 1).await
+    }
+
+    /// With `n` gateways on one Redis; the relay spreads the bot's Web API calls over them.
+    pub(super) async fn start_n(kind: Bolt, ack: Ack, name: &str, turns: String, delay: f64, n: usize) -> Rig {
+        let redis = RedisServer::start();
+        let slack = FakeSlack::start().await;
+        let relay = Relay::start().await;
+        let bot = Bot::start(kind, ack, delay, &relay.api_url()).await;
+        let mut cfg = GatewayConfig::new(&redis.url(), &prefix(&format!("turns{kind:?}{ack:?}{name}")), &bot.url());
+        // One attempt outlives the slowest "model call" of a bot that answers after its work.
+        cfg.delivery = r#"{ timeout = "5s", retry_initial = "100ms", retry_max = "400ms", lease = "8s" }"#.into();
+        cfg.app = turns;
+        cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
+        let mut gws = Vec::new();
+        for _ in 0..n {
+            gws.push(Gateway::start(&cfg).await);
+        }
+        relay.point_at(&gws.iter().map(|g| g.egress_port).collect::<Vec<_>>());
+        Rig { redis, slack, relay, bot, gws, base: unix_now() }
+    }
+
+    pub(super) fn ts(&self, i: u32) -> String {
+        format!("{}.{i:06}", self.base)
+    }
+
+    /// A top-level message in channel C1 (it starts its own thread).
+    pub(super) fn top(&self, i: u32, text: &str) -> Msg {
+        Msg { channel: "C1", channel_type: "channel", ts: self.ts(i), thread_ts: None, text: text.into() }
+    }
+
+    /// A reply in C1 in the thread of top-level message `root`.
+    pub(super) fn reply(&self, root: u32, i: u32, text: &str) -> Msg {
+        Msg { thread_ts: Some(self.ts(root)), ..self.top(i, text) }
+    }
+
+    /// A message in the DM D1, not in a thread.
+    pub(super) fn dm(&self, i: u32, text: &str) -> Msg {
+        Msg { channel: "D1", channel_type: "im", ..self.top(i, text) }
+    }
+
+    /// Slack sends `m` to gateway `gw`, which acks it.
+    pub(super) async fn send(&self, gw: usize, m: &Msg) {
+        let (status, body) = send(self.gws[gw].port, Req::signed("/slack/events", m.event(), SECRET)).await;
+        assert_eq!(status, 200, "{body:?}\n{}", self.logs());
+    }
+
+    /// Wait until the bot printed `HANDLED <what> <m.ts>`; when it was first seen.
+    pub(super) async fn wait(&self, what: &str, m: &Msg, within: Duration) -> Instant {
+        let line = format!("{what} {}", m.ts);
+        assert!(
+            eventually(within, || self.bot.seen().contains(&line)).await,
+            "the bot never printed {line:?} within {within:?}\n{}",
+            self.logs()
+        );
+        Instant::now()
+    }
+
+    /// The texts the bot posted to `channel`, in thread `thread` (None: not in a thread).
+    pub(super) fn posts_in(&self, channel: &str, thread: Option<&str>) -> Vec<String> {
+        let thread = thread.map_or(Value::Null, |t| Value::String(t.into()));
+        self.slack
+            .posts()
+            .iter()
+            .filter(|p| p["channel"] == channel && p["thread_ts"] == thread)
+            .filter_map(|p| p["text"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// Turns that ended `how`, summed over the gateways.
+    pub(super) async fn ended(&self, how: &str) -> f64 {
+        let mut sum = 0.0;
+        for gw in &self.gws {
+            sum += series(gw.admin_port, "slackgate_turns_total", &[("app", "bot"), ("ended", how)]).await;
+        }
+        sum
+    }
+
+    /// Wait until `n` turns ended `how`.
+    pub(super) async fn ended_reaches(&self, how: &str, n: f64) {
+        let mut got = 0.0;
+        let reached = until(Duration::from_secs(20), async || {
+            got = self.ended(how).await;
+            got >= n
+        })
+        .await;
+        assert!(reached, "turns ended {how:?}: {got}, expected {n}\n{}", self.logs());
+    }
+
+    pub(super) fn logs(&self) -> String {
+        let mut s = self.bot.logs();
+        for (i, gw) in self.gws.iter().enumerate() {
+            s += &format!("--- gateway {i} ---\n{}", gw.log());
+        }
+        let calls: Vec<String> =
+            self.slack.calls().iter().map(|c| format!("{} {}", c.method, String::from_utf8_lossy(&c.body))).collect();
+        s + &format!("--- Slack API calls ---\n{}\n--- Redis ---\n{}", calls.join("\n"), self.redis_dump())
+    }
+
+    /// Every key in Redis with what it holds (for a failure's message).
+    pub(super) fn redis_dump(&self) -> String {
+        let Ok(mut c) = redis::Client::open(self.redis.url()).and_then(|c| c.get_connection()) else {
+            return "(no connection)".into();
+        };
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap_or_default();
+        keys.sort();
+        let mut out = String::new();
+        for key in keys {
+            let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap_or_default();
+            let what: redis::RedisResult<redis::Value> = match kind.as_str() {
+                "string" => redis::cmd("GET").arg(&key).query(&mut c),
+                "hash" => redis::cmd("HGETALL").arg(&key).query(&mut c),
+                "zset" => redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).arg("WITHSCORES").query(&mut c),
+                "set" => redis::cmd("SMEMBERS").arg(&key).query(&mut c),
+                "stream" => redis::cmd("XPENDING").arg(&key).arg("slackgate").arg("-").arg("+").arg(20).query(&mut c),
+                _ => Ok(redis::Value::Nil),
+            };
+            let what: String = format!("{what:?}").chars().take(400).collect();
+            out += &format!("{key} ({kind}): {what}\n");
+        }
+        out
+    }
+}
