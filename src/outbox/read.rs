@@ -23,8 +23,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut invocation = self.load.key(&keys.stream);
-        // (No turns: the delivery workers read and load in one step, `read_loaded`.)
-        invocation.arg(GROUP).arg(consumer).arg("").arg(crate::clock::now_ms()).arg(&keys.tag);
+        invocation.arg(GROUP).arg(consumer);
         for l in leases {
             invocation.key(keys.delivery(&l.delivery)).arg(&l.entry).arg(l.token);
         }

@@ -2,35 +2,23 @@
 //! re-claim that load as they lease, and the plain re-claim.
 
 /// KEYS: outbox stream, then the delivery hash of each lease of one read. ARGV: group,
-/// consumer, turns (the turn timeout in ms, or '' when the app takes no turns), now ms, key
-/// tag, then `(entry, token)` for each lease. For each, in order: its delivery's fields when the
-/// lease is still the caller's and the delivery may be sent now (an empty list when the delivery
-/// is gone), 0 when the lease was lost (the attempt must not be made), 1 when it was put to
-/// wait for its conversation's turn (off the stream, in the turn's queue). One call for a whole
-/// read batch.
-pub const LOAD: &str = with_turn_helpers!(
-    r#"
+/// consumer, then `(entry, token)` for each lease. For each, in order: its delivery's fields
+/// when the lease is still the caller's (an empty list when the delivery is gone), 0 when it
+/// was lost (the attempt must not be made). One call for a whole read batch. (An app that takes
+/// turns reads and loads in one step instead: `READ_LOADED`.)
+pub const LOAD: &str = r#"
 local out = {}
-local now = tonumber(ARGV[4])
 for i = 2, #KEYS do
-  local entry, token = ARGV[2 * i + 2], ARGV[2 * i + 3]
+  local entry, token = ARGV[2 * i - 1], ARGV[2 * i]
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
   if #p == 0 or p[1][2] ~= ARGV[2] or tonumber(p[1][4]) ~= tonumber(token) then
     out[#out + 1] = 0
   else
-    local fields = redis.call('HGETALL', KEYS[i])
-    local id = string.sub(KEYS[i], #ARGV[5] + 4)
-    if ARGV[3] ~= '' and #fields > 0
-        and not begin_turn(ARGV[5], ARGV[1], entry, id, KEYS[i], field(fields, 'cv'), now, tonumber(ARGV[3])) then
-      out[#out + 1] = 1
-    else
-      out[#out + 1] = fields
-    end
+    out[#out + 1] = redis.call('HGETALL', KEYS[i])
   end
 end
 return out
-"#
-);
+"#;
 
 /// KEYS: outbox stream. ARGV: group, consumer, min idle ms, max entries.
 /// Takes over entries whose lease ran out; returns a flat list {entry, delivery, token, …}.
