@@ -99,13 +99,14 @@ closed pingora_max "http://127.0.0.1:$PINGORA_PORT/slack/events" "$PINGORA_PID";
 row "bare Pingora, closed 64 in flight" "$PINGORA_MAX"
 
 # The store's ceiling: the same RECORD script, key shapes and body size, from redis-benchmark.
-# The script text as the gateway loads it: the claim helpers, then RECORD's body.
+# The script text as the gateway loads it: the claim helpers, the turn codec, then RECORD's body.
 RECORD=$(python3 - <<'PY'
 import re
-s = open("src/outbox/scripts.rs").read()
+s = open("src/outbox/scripts/mod.rs").read()
 helpers = re.search(r'macro_rules! with_claim_helpers.*?r#"(.*?)"#', s, re.S).group(1)
-body = re.search(r'pub const RECORD: &str = with_claim_helpers!\(\s*r#"(.*?)"#', s, re.S).group(1)
-print(helpers + body)
+codec = re.search(r'macro_rules! with_turn_codec.*?r#"(.*?)"#', s, re.S).group(1)
+body = re.search(r'pub const RECORD: &str = with_claim_helpers!\(with_turn_codec!\(\s*r#"(.*?)"#', s, re.S).group(1)
+print(helpers + codec + body)
 PY
 )
 SHA=$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$RECORD")
