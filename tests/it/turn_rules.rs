@@ -340,3 +340,31 @@ async fn a_dms_messages_take_turns_and_its_replies_without_a_thread_belong_to_th
 fn unix_now_f64() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
 }
+
+/// Many messages of one thread at the same moment, half through each of two gateways: the bot
+/// never has two of them at once, and gets each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_threads_messages_sent_at_once_to_two_gateways_never_overlap() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let answer = Duration::from_millis(300);
+    bot.set_default(Reply::status(200).delay(answer));
+    let cfg = config(&redis, "turnsatonce", &bot, "queue");
+    let (one, two) = (Gateway::start(&cfg).await, Gateway::start(&cfg).await);
+    let ts: Vec<String> = (1..=8).map(|i| format!("17000000{i:02}.000100")).collect();
+    let sends = ts.iter().enumerate().map(|(i, ts)| {
+        let port = if i % 2 == 0 { one.port } else { two.port };
+        let thread = (i > 0).then_some(ROOT);
+        let ts = if i == 0 { ROOT.to_string() } else { ts.clone() };
+        post(port, message(&format!("EvAt{i}"), "C1", &ts, thread))
+    });
+    futures_util::future::join_all(sends).await;
+    assert!(eventually(Duration::from_secs(30), || bot.count() == 8).await, "{:?}", arrivals(&bot));
+    one.wait_idle().await;
+    let mut at: Vec<f64> = arrivals(&bot).into_iter().map(|(_, at)| at).collect();
+    at.sort_by(f64::total_cmp);
+    for pair in at.windows(2) {
+        assert!(pair[1] - pair[0] >= answer.as_secs_f64() - 0.05, "two at once: {:?}", arrivals(&bot));
+    }
+    assert_eq!(bot.count(), 8, "each once");
+}
