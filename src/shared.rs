@@ -16,6 +16,10 @@ pub struct Shared {
     pub drain: Arc<Drain>,
     /// Published by the ingress's admission, read by the delivery workers.
     pub pressure: Arc<Pressure>,
+    /// When this deployment's conversations began to pick the deliveries' shards (ms; 0:
+    /// always), once known: the delivery workers learn it at start, else the ingress's first
+    /// delivery. Known, it spares every delivery a look that may hang on another primary.
+    pub sharded_since: tokio::sync::OnceCell<u64>,
     workers_running: AtomicBool,
 }
 

@@ -155,7 +155,7 @@ impl BackgroundService for DeliveryService {
         loop {
             let config = self.live.get().config.clone();
             let (stop_tx, stop_rx) = watch::channel(false);
-            let in_use = shards_in_use(&config, &store).await;
+            let in_use = shards_in_use(&config, &store, &self.shared).await;
             let mut tasks = self.spawn_workers(&config, &in_use, &store, &client, stop_rx);
             info!(consumer = %self.consumer, apps = config.apps.len(), "delivery workers started");
             let reloaded = tokio::select! {
@@ -176,12 +176,16 @@ impl BackgroundService for DeliveryService {
 /// Per app, the shards to read: after `shards` was lowered, the old ones too, until a restart
 /// finds them registered (they are drained, never written). Redis down at start: the
 /// configured count (the register is read again at the next reload).
-async fn shards_in_use(config: &Config, store: &Store) -> Vec<u16> {
+async fn shards_in_use(config: &Config, store: &Store, shared: &Shared) -> Vec<u16> {
     // Before the apps' shards are registered: a register with none is a deployment that no
     // version before turns ever wrote to (its receipts are all where this version looks).
     let since = store.sharded_by_conversation(&config.redis.key_prefix, crate::clock::now_ms());
-    if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(2), since).await {
-        debug!(error = %e, "cannot register when conversations began to pick the shards");
+    match tokio::time::timeout(Duration::from_secs(2), since).await {
+        Ok(Ok(since)) => {
+            let _ = shared.sharded_since.set(since);
+        }
+        Ok(Err(e)) => debug!(error = %e, "cannot register when conversations began to pick the shards"),
+        Err(_) => debug!("cannot register when conversations began to pick the shards: no answer in 2 s"),
     }
     let mut out = Vec::new();
     for app in &config.apps {

@@ -67,9 +67,6 @@ pub struct Ingress {
     shard_gate: Arc<ShardGate>,
     /// The bytes of bodies not yet verified, across all connections.
     unverified: Arc<budget::Budget>,
-    /// When conversations began to pick the shards (read once): until a receipt's lifetime
-    /// after it, a delivery also looks for its receipt where an earlier version put it.
-    sharded_since: tokio::sync::OnceCell<u64>,
 }
 
 /// Per-request state, from Pingora's `new_ctx` to its `logging`.
@@ -130,7 +127,6 @@ impl Ingress {
             live,
             shared,
             client: Arc::new(UpstreamClient::new()),
-            sharded_since: tokio::sync::OnceCell::new(),
         }
     }
 

@@ -218,7 +218,7 @@ impl Ingress {
             response_url: d.response_url.as_deref().unwrap_or(""),
             conversation: &conversation,
         };
-        let earlier = self.earlier_shard(app, d, &plan, received_ms).await;
+        let earlier = self.earlier_shard(app, d, &plan, received_ms, deadline).await;
         let at = Shards { now: &keys, earlier: earlier.as_ref() };
         let recorded = match self.admitted_record(app, plan.shard, at, &new, deadline).await {
             Ok(r) => r,
@@ -268,8 +268,16 @@ impl Ingress {
     }
 
     /// Where a version before turns put this delivery, while its receipts may still be there
-    /// (a receipt's lifetime after this version first ran), when that is another shard.
-    async fn earlier_shard(&self, app: &AppConfig, d: &slack::Delivery, p: &plan::Plan, now: u64) -> Option<ShardKeys> {
+    /// (a receipt's lifetime after this version first ran), when that is another shard. Asked
+    /// of the store only until known, and by the deadline.
+    async fn earlier_shard(
+        &self,
+        app: &AppConfig,
+        d: &slack::Delivery,
+        p: &plan::Plan,
+        now: u64,
+        deadline: Instant,
+    ) -> Option<ShardKeys> {
         let shards = self.config.redis.shards;
         if shards < 2 || (d.receipt.is_none() && p.claim.is_none()) {
             return None;
@@ -279,13 +287,17 @@ impl Ingress {
             return None;
         }
         let prefix = &self.config.redis.key_prefix;
-        let since = match self.sharded_since.get() {
+        let known = &self.shared.sharded_since;
+        let since = match known.get() {
             Some(since) => *since,
-            None => match self.store().ok()?.sharded_by_conversation(prefix, now).await {
-                Ok(since) => *self.sharded_since.get_or_init(async || since).await,
-                // Unsure: look there (the record fails anyway if Redis does).
-                Err(_) => now,
-            },
+            None => {
+                let asked = self.store().ok()?.sharded_by_conversation(prefix, now);
+                match tokio::time::timeout_at(deadline, asked).await {
+                    Ok(Ok(since)) => *known.get_or_init(async || since).await,
+                    // Unsure: look there (the record fails anyway if Redis does).
+                    _ => now,
+                }
+            }
         };
         (since > 0 && now < since + app.receipt_ttl.as_millis() as u64)
             .then(|| ShardKeys::new(prefix, &app.name, earlier))

@@ -195,6 +195,10 @@ async fn a_dead_primary_does_not_take_the_acks_of_the_other_shards() {
         }
     }
     let gw = Gateway::start(&cfg).await;
+    // Up, as an operator's gateway is before a primary dies: the delivery workers have read the
+    // shard register (which may live on the primary that dies).
+    let started = eventually(Duration::from_secs(10), || gw.log().contains("delivery workers started")).await;
+    assert!(started, "the delivery workers never started:\n{}", gw.log());
     cluster.kill(dead);
     let killed_at = tokio::time::Instant::now();
     let mut stuck = stuck.into_iter();
