@@ -181,8 +181,14 @@ fn preflight(config: &mut Config) -> anyhow::Result<BoundPorts> {
     let optional = |key: &str, addr: &Option<String>| addr.as_deref().map(|a| bind(key, a)).transpose();
     let admin = optional("server.admin_listen", &config.server.admin_listen)?;
     let egress = optional("egress.listen", &config.egress.listen)?;
-    let bound =
-        BoundPorts { listen, admin_listen: admin.and_then(|(_, b)| b), egress_listen: egress.and_then(|(_, b)| b) };
+    let sockets = config.socket_bots().then(|| config.server.socket_listen.clone());
+    let socket = optional("server.socket_listen", &sockets)?;
+    let bound = BoundPorts {
+        listen,
+        admin_listen: admin.and_then(|(_, b)| b),
+        egress_listen: egress.and_then(|(_, b)| b),
+        socket_listen: socket.and_then(|(_, b)| b),
+    };
     config.resolve_ports(&bound);
     Ok(bound)
 }

@@ -5,15 +5,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::file::{AppSection, OneOrMany};
-use super::values::{check_path, parse_upstream};
-use super::{interpolate, parse_duration, AppConfig, ConfigError, DeliveryConfig, Secret, Validator};
+use super::values::{check_path, parse_upstream, Upstream};
+use super::{interpolate, parse_duration, AppConfig, ConfigError, DeliveryConfig, EgressConfig, Secret, Validator};
 
 /// Receipts must outlive Slack's replay window (5 minutes) with room to spare.
 const MIN_RECEIPT_TTL: Duration = Duration::from_secs(600);
 
 impl Validator<'_> {
     /// One app; `prefix` is `app[i].` in the main file and empty in an included file.
-    pub(crate) fn app(&self, prefix: &str, a: &AppSection, egress_on: bool) -> Result<AppConfig, ConfigError> {
+    /// `egress`: the `[egress]` section (its listener and Slack's API URL).
+    pub(crate) fn app(&self, prefix: &str, a: &AppSection, egress: &EgressConfig) -> Result<AppConfig, ConfigError> {
+        let egress_on = egress.listen.is_some();
         let key = |k: &str| format!("{prefix}{k}");
         let name = a.name.clone().ok_or_else(|| self.err(&key("name"), "is required"))?;
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
@@ -24,7 +26,14 @@ impl Validator<'_> {
             r => r?,
         };
         let upstream_text = a.upstream.as_deref().ok_or_else(|| self.err(&key("upstream"), "is required"))?;
-        let upstream = parse_upstream(upstream_text).map_err(|m| self.err(&key("upstream"), m))?;
+        let upstream = match upstream_text {
+            "socket" => Upstream::socket(),
+            url => parse_upstream(url).map_err(|m| self.err(&key("upstream"), m))?,
+        };
+        let socket_mode = self.socket_mode(prefix, &a.socket_mode, &egress.slack_api_url.url)?;
+        if upstream.socket {
+            self.socket_upstream(prefix, a, socket_mode.is_some(), egress_on)?;
+        }
         let path = |k: &str, v: &Option<String>| -> Result<String, ConfigError> {
             let p = v.clone().unwrap_or_else(|| "/slack/events".into());
             check_path(&p).map_err(|m| self.err(&key(k), m))?;
@@ -67,7 +76,34 @@ impl Validator<'_> {
             inline_interactivity,
             delivery,
             turns,
+            socket_mode,
         })
+    }
+
+    /// `upstream = "socket"`: the bot connects in through the egress with its app token, and
+    /// nothing can be reverse-proxied to it.
+    fn socket_upstream(&self, prefix: &str, a: &AppSection, has_socket_mode: bool, egress_on: bool) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("{prefix}{k}");
+        if !a.passthrough.is_empty() {
+            return Err(self.err(
+                &key("passthrough"),
+                "must be empty with upstream = \"socket\": a Socket Mode bot has no URL to send them to",
+            ));
+        }
+        if !has_socket_mode {
+            return Err(self.err(
+                &key("upstream"),
+                "\"socket\" needs socket_mode = { app_token = \"${XAPP_TOKEN}\" } (the bot's apps.connections.open \
+                 is matched by it; connections = 0 opens none to Slack)",
+            ));
+        }
+        if !egress_on {
+            return Err(self.err(
+                &key("upstream"),
+                "\"socket\" needs [egress] listen: the bot opens its socket with apps.connections.open through the egress",
+            ));
+        }
+        Ok(())
     }
 
     /// The filters: `ignore = { … }` and `dedupe.edits`.

@@ -25,6 +25,7 @@ pub struct FileConfig {
 pub struct ServerSection {
     pub listen: Option<String>,
     pub admin_listen: Option<String>,
+    pub socket_listen: Option<String>,
     pub max_body: Option<SizeValue>,
     pub unverified_budget: Option<SizeValue>,
     pub ack_budget: Option<String>,
@@ -105,6 +106,7 @@ pub struct AppSection {
     pub delivery: DeliverySection,
     #[serde(default)]
     pub turns: super::turns::TurnsSection,
+    pub socket_mode: Option<super::socket::SocketModeSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]

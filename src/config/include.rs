@@ -3,14 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use super::file::AppSection;
-use super::{AppConfig, ConfigError, Validator};
+use super::{AppConfig, ConfigError, EgressConfig, Validator};
 
 /// One included app file: the keys of one `[[app]]`, at the top level.
-pub fn app_file(path: &Path, secrets_optional: bool, egress_on: bool) -> Result<AppConfig, ConfigError> {
+pub fn app_file(path: &Path, secrets_optional: bool, egress: &EgressConfig) -> Result<AppConfig, ConfigError> {
     let v = Validator { file: path.display().to_string(), base: path.parent(), secrets_optional };
     let text = std::fs::read_to_string(path).map_err(|e| v.err("(file)", format!("cannot read: {e}")))?;
     let raw: AppSection = toml::from_str(&text).map_err(|e| v.err("(toml)", e.to_string()))?;
-    v.app("", &raw, egress_on)
+    v.app("", &raw, egress)
 }
 
 /// The files an `include` pattern names, sorted; `*` and `?` in the file name only.

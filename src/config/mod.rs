@@ -11,6 +11,7 @@ mod file;
 mod include;
 mod redis;
 mod server;
+mod socket;
 mod turns;
 mod values;
 
@@ -18,6 +19,8 @@ pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
 pub use egress::{EgressConfig, DEFAULT_WRITE_METHODS};
 pub use server::SLACK_HOOKS_HOST;
+pub use socket::{SocketModeConfig, SLACK_MAX_CONNECTIONS};
+pub use socket::warnings as socket_warnings;
 pub use turns::{End, Order, TurnsConfig};
 pub use values::{interpolate, redact_url, Upstream};
 
@@ -64,6 +67,9 @@ pub struct ServerConfig {
     pub listen: String,
     /// `/metrics`, `/healthz`, `/readyz`; `None` when set to `"off"`.
     pub admin_listen: Option<String>,
+    /// Where Socket Mode bots (`upstream = "socket"`) connect, with the one-time ticket the
+    /// egress gave them; listened on only when an app has such an upstream.
+    pub socket_listen: String,
     /// Larger bodies get 413 (Slack's own payloads stay far below 1 MiB).
     pub max_body: usize,
     /// The bytes of bodies whose signature is not yet checked, buffered across all
@@ -103,6 +109,7 @@ pub struct BoundPorts {
     pub listen: Option<(String, String)>,
     pub admin_listen: Option<(String, String)>,
     pub egress_listen: Option<(String, String)>,
+    pub socket_listen: Option<(String, String)>,
 }
 
 impl Config {
@@ -122,6 +129,7 @@ impl Config {
         if let Some(a) = self.egress.listen.as_mut() {
             resolve(a, &bound.egress_listen);
         }
+        resolve(&mut self.server.socket_listen, &bound.socket_listen);
     }
 }
 
@@ -269,6 +277,9 @@ pub struct AppConfig {
     pub delivery: DeliveryConfig,
     /// One turn of a conversation at a time (`turns`).
     pub turns: TurnsConfig,
+    /// Socket Mode toward Slack (`socket_mode`); also what matches the bot's own
+    /// `apps.connections.open` with `upstream = "socket"`.
+    pub socket_mode: Option<SocketModeConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -296,6 +307,24 @@ pub enum RouteKind {
 }
 
 impl Config {
+    /// Whether an app's bot connects in over Socket Mode (the socket listener is needed).
+    pub fn socket_bots(&self) -> bool {
+        self.apps.iter().any(|a| a.upstream.socket)
+    }
+
+    /// The socket listener is a port of its own: never one of the HTTP listeners'.
+    fn check_socket_listen(&self, v: &Validator) -> Result<(), ConfigError> {
+        if !self.socket_bots() {
+            return Ok(());
+        }
+        let addr = self.server.socket_listen.parse::<std::net::SocketAddr>().ok().filter(|a| a.port() != 0);
+        let others = [Some(&self.server.listen), self.server.admin_listen.as_ref(), self.egress.listen.as_ref()];
+        if addr.is_some() && others.into_iter().flatten().any(|o| o.parse().ok() == addr) {
+            return Err(v.err("server.socket_listen", "must differ from the other listeners"));
+        }
+        Ok(())
+    }
+
     /// Read, parse, interpolate and validate one file.
     pub fn from_file(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
@@ -314,21 +343,21 @@ impl Config {
         let server = v.server(&raw, ov)?;
         let redis = v.redis(&raw, ov, server.ack_budget)?;
         let egress = v.egress(&raw, ov.egress_listen.as_deref())?;
-        let egress_on = egress.listen.is_some();
         let mut apps = Vec::new();
         for (i, a) in raw.apps.iter().enumerate() {
-            apps.push(Arc::new(v.app(&format!("app[{i}]."), a, egress_on)?));
+            apps.push(Arc::new(v.app(&format!("app[{i}]."), a, &egress)?));
         }
         for (i, pattern) in raw.include.iter().enumerate() {
             let files = include::glob(v.base, pattern).map_err(|m| v.err(&format!("include[{i}]"), m))?;
             for file in files {
-                apps.push(Arc::new(include::app_file(&file, ov.secrets_optional, egress_on)?));
+                apps.push(Arc::new(include::app_file(&file, ov.secrets_optional, &egress)?));
             }
         }
         if apps.is_empty() {
             return Err(v.err("app", "at least one [[app]] section (or an included app file) is required"));
         }
         let config = Config { source: path.to_path_buf(), server, redis, egress, apps };
+        config.check_socket_listen(&v)?;
         config.check_routes()?;
         Ok(config)
     }

@@ -17,6 +17,8 @@ impl Validator<'_> {
         let listen = ov.listen.clone().or_else(|| s.listen.clone()).unwrap_or_else(|| "0.0.0.0:3000".into());
         check_addr(&listen).map_err(|m| self.err("server.listen", m))?;
         let admin_listen = self.admin_listen(raw, ov, &listen)?;
+        let socket_listen = s.socket_listen.clone().unwrap_or_else(|| "127.0.0.1:3002".into());
+        check_addr(&socket_listen).map_err(|m| self.err("server.socket_listen", m))?;
         let max_body = self.size("server.max_body", &s.max_body, 1 << 20)?;
         if !(1024..=(64 << 20)).contains(&max_body) {
             return Err(self.err("server.max_body", "must be between 1KiB and 64MiB"));
@@ -53,6 +55,7 @@ impl Validator<'_> {
         Ok(ServerConfig {
             listen,
             admin_listen,
+            socket_listen,
             max_body,
             unverified_budget,
             ack_budget,

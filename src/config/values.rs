@@ -10,6 +10,8 @@ pub struct Upstream {
     pub port: u16,
     /// A path in the URL replaces the path Slack used.
     pub path: Option<String>,
+    /// `upstream = "socket"`: a Socket Mode bot that connects in (no URL; the rest is empty).
+    pub socket: bool,
 }
 
 impl Upstream {
@@ -17,6 +19,11 @@ impl Upstream {
     /// carry credentials).
     pub fn parse(text: &str) -> Result<Upstream, String> {
         parse_upstream(text)
+    }
+
+    /// A Socket Mode bot: deliveries go over the socket it opened through the egress.
+    pub fn socket() -> Upstream {
+        Upstream { url: "socket".into(), tls: false, host: String::new(), port: 0, path: None, socket: true }
     }
 
     /// `host[:port]` for the Host header (port omitted when it is the scheme's default).
@@ -139,5 +146,5 @@ pub(super) fn parse_upstream(text: &str) -> Result<Upstream, String> {
         "" | "/" => None,
         p => Some(p.to_string()),
     };
-    Ok(Upstream { url: text.to_string(), tls, host, port, path })
+    Ok(Upstream { url: text.to_string(), tls, host, port, path, socket: false })
 }
