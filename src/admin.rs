@@ -198,8 +198,17 @@ impl Admin {
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) => return Err("redis did not answer within 1s".into()),
         }
+        let disabled = |a: &&Arc<crate::config::AppConfig>| {
+            self.shared.metrics.socket.link_disabled.with_label_values(&[&a.name]).get() != 0
+        };
+        if let Some(app) = config.apps.iter().find(disabled) {
+            return Err(format!("Slack disabled Socket Mode for app {} (link_disabled)", app.name));
+        }
         let policy = tokio::time::timeout(Duration::from_secs(1), store.eviction_policy()).await;
         let mut detail = String::from("ready\n");
+        for app in crate::socket::apps_without_socket(&self.shared, &config) {
+            detail.push_str(&format!("warning: app {app} has no Socket Mode connection to Slack open\n"));
+        }
         if let Ok(Ok(topology)) = tokio::time::timeout(Duration::from_secs(1), store.topology()).await {
             detail.push_str(&format!("redis: {topology}\n"));
         }

@@ -12,6 +12,7 @@ use tracing::info;
 use crate::config::AppConfig;
 use crate::metrics::{status_class, Metrics};
 use crate::policy::{self, Outcome, Verdict};
+use crate::shared::Shared;
 use crate::slack::{self, Kind, ReplyOutcome};
 use crate::upstream::{Outgoing, Response, SendError, UpstreamClient};
 
@@ -80,7 +81,14 @@ impl Attempted {
 }
 
 /// Send `d` to `app`'s bot once, re-signed now, within `delivery.timeout`; judge and count it.
-pub async fn send_once(client: &UpstreamClient, metrics: &Metrics, app: &AppConfig, d: Delivery<'_>) -> Attempted {
+pub async fn send_once(client: &UpstreamClient, shared: &Shared, app: &AppConfig, d: Delivery<'_>) -> Attempted {
+    let metrics = &shared.metrics;
+    if app.upstream.socket {
+        let started = Instant::now();
+        let body = (d.content_type, &d.body[..]);
+        let result = shared.bots.send(&app.name, d.id, d.number, body, app.delivery.timeout).await;
+        return judged(metrics, app, result, started.elapsed());
+    }
     let out = Outgoing {
         upstream: &app.upstream,
         path: d.path,
@@ -92,7 +100,10 @@ pub async fn send_once(client: &UpstreamClient, metrics: &Metrics, app: &AppConf
     };
     let started = Instant::now();
     let result = client.send(out, app.delivery.timeout).await;
-    let took = started.elapsed();
+    judged(metrics, app, result, started.elapsed())
+}
+
+fn judged(metrics: &Metrics, app: &AppConfig, result: Result<Response, SendError>, took: Duration) -> Attempted {
     let class = match &result {
         Ok(r) => status_class(r.status),
         Err(SendError::Timeout | SendError::ConnectTimeout(_)) => "timeout",

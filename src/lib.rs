@@ -22,6 +22,8 @@
 //! - [`delivery`]: the background workers (reader, housekeeping).
 //! - [`attempt`]: one attempt toward the bot, and the late reply to `response_url`.
 //! - [`policy`]: what to do after an attempt (retry, backoff, give up, dead-letter).
+//! - [`socket`]: Socket Mode both ways — the gateway's sockets to Slack (each envelope recorded
+//!   by the ingress before it is acked) and a Socket Mode bot's socket to the gateway.
 //! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot (and, for
 //!   the egress, calls Slack).
 //! - [`egress`]: the Web API egress the bots' clients point at — reads streamed through,
@@ -58,6 +60,7 @@ pub mod secret;
 pub mod shared;
 pub mod sim;
 pub mod slack;
+pub mod socket;
 pub mod store;
 pub mod upstream;
 

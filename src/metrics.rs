@@ -50,6 +50,7 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     pub egress: Egress,
     pub turns: Turns,
+    pub socket: crate::socket::SocketMetrics,
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
     pub connections_closed: IntCounterVec,
     pub overload: Overload,
@@ -254,6 +255,7 @@ impl Metrics {
             overload: Overload::new(&r),
             egress: Egress::new(&r, &slow),
             turns: Turns::new(&r, &slow),
+            socket: crate::socket::SocketMetrics::new(&r, &fast),
             registry: r,
         }
     }
@@ -393,19 +395,19 @@ impl Metrics {
     }
 }
 
-fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+pub(crate) fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     register_int_counter_vec_with_registry!(name, help, labels, r).expect("unique metric")
 }
 
-fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+pub(crate) fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     register_int_gauge_with_registry!(name, help, r).expect("unique metric")
 }
 
-fn gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
+pub(crate) fn gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
     register_int_gauge_vec_with_registry!(name, help, &["app"], r).expect("unique metric")
 }
 
-fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> HistogramVec {
+pub(crate) fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> HistogramVec {
     register_histogram_vec_with_registry!(name, help, &["app"], buckets.to_vec(), r).expect("unique metric")
 }
 

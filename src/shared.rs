@@ -20,6 +20,9 @@ pub struct Shared {
     /// always), once known: the delivery workers learn it at start, else the ingress's first
     /// delivery. Known, it spares every delivery a look that may hang on another primary.
     pub sharded_since: tokio::sync::OnceCell<u64>,
+    /// The Socket Mode bots connected to this process (`upstream = "socket"`), and the
+    /// tickets the egress gave them.
+    pub bots: Arc<crate::socket::BotSockets>,
     workers_running: AtomicBool,
 }
 

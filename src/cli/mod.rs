@@ -22,7 +22,14 @@ enum Command {
     /// Run the gateway.
     Run(RunOpts),
     /// Validate the config and print each app's routes and upstream.
-    Check(ConfigOpt),
+    Check {
+        #[command(flatten)]
+        config: ConfigOpt,
+        /// The gateway processes that will run this config: Socket Mode's sockets per app add
+        /// up across them (Slack allows 10).
+        #[arg(long, default_value_t = 1)]
+        replicas: u16,
+    },
     /// Per app: deliveries ready, in flight, scheduled, dead; oldest age; delivered last minute.
     Stats(ops::Target),
     /// Re-read gateway.toml and its included app files in the running gateway (SIGHUP).
@@ -94,7 +101,7 @@ pub(crate) struct RunOpts {
 pub fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check(opt) => check(&opt),
+        Command::Check { config, replicas } => check(&config, replicas),
         Command::Run(opts) => run::run(opts),
         Command::Stats(target) => ops::stats(&target),
         Command::Egress(target) => ops::egress(&target),
@@ -106,7 +113,7 @@ pub fn main() -> anyhow::Result<()> {
     }
 }
 
-fn check(opt: &ConfigOpt) -> anyhow::Result<()> {
+fn check(opt: &ConfigOpt, replicas: u16) -> anyhow::Result<()> {
     let config = Config::from_file(&opt.config, &Overrides::default())?;
     println!("{}: ok", opt.config.display());
     println!("listen {}  admin {}", config.server.listen, config.server.admin_listen.as_deref().unwrap_or("off"));
@@ -122,6 +129,15 @@ fn check(opt: &ConfigOpt) -> anyhow::Result<()> {
         for p in &app.passthrough {
             println!("  *    {p}  (passthrough)");
         }
+        if let Some(s) = &app.socket_mode {
+            println!(
+                "  socket mode: {} connections to Slack per process, apps.connections.open at {}",
+                s.connections, s.api_url.url
+            );
+        }
+        if app.upstream.socket {
+            println!("  the bot connects in over Socket Mode at ws://{}", config.server.socket_listen);
+        }
         let t = &app.turns;
         if t.is_on() {
             let newer = if t.withhold_on_newer { "withhold" } else { "post" };
@@ -134,6 +150,9 @@ fn check(opt: &ConfigOpt) -> anyhow::Result<()> {
                 t.timeout
             );
         }
+    }
+    for w in crate::config::socket_warnings(&config.apps, replicas.max(1)) {
+        println!("warning: {w}");
     }
     Ok(())
 }

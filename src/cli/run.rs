@@ -16,11 +16,12 @@ use crate::config::{BoundPorts, Config, ListenerLimits, Overrides, RedisTarget};
 use crate::delivery::DeliveryService;
 use crate::egress::Egress;
 use crate::embedded::EmbeddedRedis;
-use crate::ingress::{Guarded, Ingress};
+use crate::ingress::{Guarded, Ingress, Proxy};
 use crate::live::Live;
 use crate::metrics::FixedLabels;
 use crate::outbox::Endpoint;
 use crate::shared::Shared;
+use crate::socket::{BotListener, SlackSockets};
 
 pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     crate::init_tracing(opts.log_format == "json");
@@ -95,12 +96,14 @@ fn redis(config: &Config, opts: &RunOpts) -> anyhow::Result<(Option<EmbeddedRedi
 /// Probes, a scraper and an operator: the admin listener needs few connections, and a flood of
 /// them must not take the file descriptors the Slack listener needs.
 const ADMIN_MAX_CONNECTIONS: usize = 64;
+/// Socket Mode bots hold a few sockets each (Slack's own limit is 10 per app).
+const SOCKET_BOTS_MAX_CONNECTIONS: usize = 256;
 
 /// The Slack listener, the egress and the admin listener (each behind its connection guard),
 /// the delivery workers and the reloader, all sharing `shared`.
 fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis: &Endpoint) {
-    let ingress = Ingress::new(live.clone(), shared.clone(), redis.clone());
-    let proxy = pingora::proxy::http_proxy(&server.configuration, ingress);
+    let ingress = Arc::new(Ingress::new(live.clone(), shared.clone(), redis.clone()));
+    let proxy = pingora::proxy::http_proxy(&server.configuration, Proxy(ingress.clone()));
     let mut service = Service::new("ingress".into(), Guarded::new(proxy, config.server.limits, shared.clone()));
     service.add_tcp(&config.server.listen);
     server.add_service(service);
@@ -123,6 +126,18 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
         let mut service = Service::new("egress".into(), Guarded::uncounted(egress, config.server.limits));
         service.add_tcp(addr);
         server.add_service(service);
+    }
+    // Idle until an app has socket_mode (a reload may add one).
+    let sockets = SlackSockets::new(live.clone(), shared.clone(), ingress.clone());
+    server.add_service(background_service("socket mode", sockets));
+    if config.socket_bots() {
+        let listener = BotListener {
+            addr: config.server.socket_listen.clone(),
+            shared: shared.clone(),
+            max_connections: SOCKET_BOTS_MAX_CONNECTIONS,
+            upgrade_deadline: config.server.limits.header_timeout,
+        };
+        server.add_service(background_service("socket bots", listener));
     }
     let on_reload = {
         let shared = shared.clone();
@@ -245,7 +260,11 @@ fn announce(config: &Config, path: &Path, embedded: Option<&EmbeddedRedis>) {
             } else {
                 format!(" passthrough {}", a.passthrough.join(","))
             };
-            format!("{} [{}{passthrough}] -> {}", a.name, routes.join(","), a.upstream.url)
+            let socket = match &a.socket_mode {
+                Some(s) if s.connections > 0 => format!(" + {} Socket Mode connections", s.connections),
+                _ => String::new(),
+            };
+            format!("{} [{}{passthrough}]{socket} -> {}", a.name, routes.join(","), a.upstream.url)
         })
         .collect();
     tracing::info!(
@@ -253,6 +272,7 @@ fn announce(config: &Config, path: &Path, embedded: Option<&EmbeddedRedis>) {
         listen = %s.listen,
         admin = s.admin_listen.as_deref().unwrap_or("off"),
         egress = config.egress.listen.as_deref().unwrap_or("off"),
+        socket_bots = if config.socket_bots() { s.socket_listen.as_str() } else { "off" },
         redis = %redis,
         apps = %apps.join("; "),
         "slackgate started: point Slack at http(s)://<this host><path> for each app"

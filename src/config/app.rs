@@ -82,7 +82,13 @@ impl Validator<'_> {
 
     /// `upstream = "socket"`: the bot connects in through the egress with its app token, and
     /// nothing can be reverse-proxied to it.
-    fn socket_upstream(&self, prefix: &str, a: &AppSection, has_socket_mode: bool, egress_on: bool) -> Result<(), ConfigError> {
+    fn socket_upstream(
+        &self,
+        prefix: &str,
+        a: &AppSection,
+        has_socket_mode: bool,
+        egress_on: bool,
+    ) -> Result<(), ConfigError> {
         let key = |k: &str| format!("{prefix}{k}");
         if !a.passthrough.is_empty() {
             return Err(self.err(

@@ -82,7 +82,7 @@ impl Validator<'_> {
 }
 
 /// Warnings `slackgate check` prints: the sockets all replicas hold past Slack's 10.
-pub fn warnings(apps: &[super::AppConfig], replicas: u16) -> Vec<String> {
+pub fn warnings(apps: &[std::sync::Arc<super::AppConfig>], replicas: u16) -> Vec<String> {
     apps.iter()
         .filter_map(|a| a.socket_mode.as_ref().map(|s| (a, s)))
         .filter(|(_, s)| u32::from(s.connections) * u32::from(replicas) > u32::from(SLACK_MAX_CONNECTIONS))

@@ -221,7 +221,7 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>) {
         body: stored.body.clone(),
     };
     let attempted = tokio::select! {
-        a = attempt::send_once(&s.client, &s.shared.metrics, &s.app, d) => a,
+        a = attempt::send_once(&s.client, &s.shared, &s.app, d) => a,
         _ = keep_lease(s, &lease) => return,
     };
     finish(s, &lease, &stored, number, attempted).await;

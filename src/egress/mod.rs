@@ -34,6 +34,7 @@ mod rerun;
 mod retry;
 mod scripts;
 mod slack_api;
+mod socket_open;
 mod store;
 mod turn;
 mod uncertain;
@@ -98,10 +99,12 @@ pub enum Outcome {
     Failed,
     /// A keyed call while Redis is down: 503, fail closed.
     StoreUnavailable,
+    /// Answered by the gateway itself: a Socket Mode bot's `apps.connections.open`.
+    SocketOpened,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 14] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::Forwarded,
         Outcome::ReplayedKey,
         Outcome::ReplayedRetry,
@@ -116,6 +119,7 @@ impl Outcome {
         Outcome::RateLimited,
         Outcome::Failed,
         Outcome::StoreUnavailable,
+        Outcome::SocketOpened,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -134,6 +138,7 @@ impl Outcome {
             Outcome::RateLimited => "rate_limited",
             Outcome::Failed => "failed",
             Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::SocketOpened => "socket_opened",
         }
     }
 }
@@ -338,6 +343,9 @@ impl HttpServerApp for Egress {
                 session.set_keepalive(None);
                 respond(&mut session, &reply).await;
                 return None;
+            }
+            Ok(call) if call.method == socket_open::METHOD && self.socket_bot(&call).is_some() => {
+                self.open_socket(&call, &mut session).await
             }
             Ok(call) if self.cfg().is_write(&call.method) => self.write(call, &mut session).await,
             Ok(call) => self.read(&call, &mut session).await,

@@ -90,7 +90,7 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
         content_type: &job.content_type,
         body: job.body.clone(),
     };
-    let attempted = attempt::send_once(&job.client, &job.shared.metrics, &job.app, d).await;
+    let attempted = attempt::send_once(&job.client, &job.shared, &job.app, d).await;
     let suggestion = job.detail == "block_suggestion";
     let (finish, outcome) = match &attempted.verdict {
         // Options are useless later: a failed block_suggestion is not retried.

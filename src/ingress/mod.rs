@@ -19,6 +19,7 @@ mod admission;
 mod answer;
 mod budget;
 mod conn;
+mod envelope;
 mod inline;
 mod passthrough;
 pub mod plan;
@@ -28,6 +29,7 @@ mod slack_route;
 pub use admission::Shed;
 pub use answer::counted as counted_requests;
 pub use conn::{Closed, Guarded};
+pub use envelope::{EnvelopeAnswer, EnvelopeRequest};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -69,6 +71,18 @@ pub struct Ingress {
     unverified: Arc<budget::Budget>,
 }
 
+/// What Pingora runs: the ingress, which the Socket Mode connections to Slack share (one
+/// admission, one shard gate, one store).
+pub struct Proxy(pub Arc<Ingress>);
+
+impl std::ops::Deref for Proxy {
+    type Target = Ingress;
+
+    fn deref(&self) -> &Ingress {
+        &self.0
+    }
+}
+
 /// Per-request state, from Pingora's `new_ctx` to its `logging`.
 pub struct Ctx {
     started: Instant,
@@ -84,6 +98,8 @@ pub struct Ctx {
 /// What the one audit line per ingress decision says, gathered along the way.
 #[derive(Default)]
 struct Audit {
+    /// "socket" for a Socket Mode envelope; empty for HTTP.
+    via: &'static str,
     detail: String,
     receipt: String,
     message_key: String,
@@ -135,15 +151,24 @@ impl Ingress {
     }
 
     /// Count one answered Slack route and write its audit line.
-    fn account(&self, ctx: &Ctx, (status, kind, outcome): (u16, RequestKind, Outcome)) {
-        let elapsed = ctx.started.elapsed();
+    fn account(&self, ctx: &Ctx, answered: (u16, RequestKind, Outcome)) {
         let app = ctx.app.as_ref().map_or("", |a| a.name.as_str());
+        self.account_parts(app, ctx.started, &ctx.audit, answered);
+    }
+
+    fn account_parts(
+        &self,
+        app: &str,
+        started: Instant,
+        a: &Audit,
+        (status, kind, outcome): (u16, RequestKind, Outcome),
+    ) {
+        let elapsed = started.elapsed();
         if !app.is_empty() {
             let m = &self.shared.metrics;
             m.requests.with_label_values(&[app, kind.as_label(), outcome.as_label()]).inc();
             m.ack_seconds.with_label_values(&[app]).observe(elapsed.as_secs_f64());
         }
-        let a = &ctx.audit;
         info!(
             target: "slackgate::audit",
             app,
@@ -158,13 +183,14 @@ impl Ingress {
             retry_reason = a.retry_reason,
             reason = %a.reason,
             ack_ms = elapsed.as_secs_f64() * 1000.0,
+            via = if a.via.is_empty() { "http" } else { a.via },
             "ingress"
         );
     }
 }
 
 #[async_trait]
-impl ProxyHttp for Ingress {
+impl ProxyHttp for Proxy {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {

@@ -40,11 +40,11 @@ struct Placed {
 const SLACK_WAITS: Duration = Duration::from_millis(2_900);
 
 /// A verified delivery and what came with it, on its way to the store.
-struct Verified {
-    delivery: slack::Delivery,
-    content_type: Vec<u8>,
-    body: Bytes,
-    path: String,
+pub(super) struct Verified {
+    pub delivery: slack::Delivery,
+    pub content_type: Vec<u8>,
+    pub body: Bytes,
+    pub path: String,
 }
 
 impl Ingress {
@@ -184,7 +184,13 @@ impl Ingress {
 
     /// Filters, then the one Redis round trip before the ack (bounded by the pre-ack budget),
     /// then for commands and interactions the inline attempt.
-    async fn record(&self, app: &Arc<AppConfig>, v: Verified, audit: &mut Audit, deadline: Instant) -> Answer {
+    pub(super) async fn record(
+        &self,
+        app: &Arc<AppConfig>,
+        v: Verified,
+        audit: &mut Audit,
+        deadline: Instant,
+    ) -> Answer {
         let d = &v.delivery;
         let kind = RequestKind::from(d.kind);
         self.note_change(d);

@@ -1,0 +1,49 @@
+//! A Socket Mode bot's `apps.connections.open` (`upstream = "socket"`): answered by the
+//! gateway with a one-time URL of its own socket listener, never sent to Slack. The bot is
+//! known by its app token, which is compared in constant time and never logged.
+
+use std::sync::Arc;
+
+use pingora::protocols::http::ServerSession;
+use tracing::{info, warn};
+
+use super::call::Call;
+use super::{respond, Egress, Outcome, Reply};
+use crate::config::AppConfig;
+
+pub const METHOD: &str = "apps.connections.open";
+
+impl Egress {
+    /// The app whose Socket Mode bot presents this call's token.
+    pub(super) fn socket_bot(&self, call: &Call) -> Option<Arc<AppConfig>> {
+        let token = call.token.as_ref()?;
+        let config = self.live.get().config.clone();
+        config
+            .apps
+            .iter()
+            .find(|a| a.upstream.socket && a.socket_mode.as_ref().is_some_and(|s| &s.app_token == token))
+            .cloned()
+    }
+
+    /// `{"ok": true, "url": "ws://<socket_listen>/socket?ticket=…"}`.
+    pub(super) async fn open_socket(&self, call: &Call, session: &mut ServerSession) -> bool {
+        let Some(app) = self.socket_bot(call) else { return false };
+        let reply = match self.shared.bots.issue(&app.name, &self.config.server.socket_listen) {
+            Some(url) => {
+                info!(target: "slackgate::audit", app = %app.name, method = METHOD, outcome = "socket_opened", "egress read");
+                Reply::own(200, serde_json::json!({ "ok": true, "url": url }), Outcome::SocketOpened, None)
+            }
+            None => {
+                warn!(app = %app.name, "too many unused Socket Mode tickets; the bot is asked to retry");
+                Reply::own(
+                    429,
+                    serde_json::json!({ "ok": false, "error": "ratelimited" }),
+                    Outcome::RateLimited,
+                    Some(1),
+                )
+            }
+        };
+        self.count("read", reply.outcome);
+        respond(session, &reply).await
+    }
+}

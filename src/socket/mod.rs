@@ -1,0 +1,125 @@
+//! Socket Mode, both ways.
+//!
+//! - [`to_slack`]: the gateway holds an app's sockets to Slack (`socket_mode`), records each
+//!   envelope with the ingress before it acks it, and the delivery workers send it on to the
+//!   HTTP bot as the request Slack would have made.
+//! - [`to_bot`]: a bot in Socket Mode (`upstream = "socket"`) opens its socket to the gateway
+//!   (the egress answers its `apps.connections.open`), and deliveries reach it as envelopes
+//!   whose ack is the attempt's 2xx.
+//! - [`envelope`]: the messages, and the HTTP request each envelope stands for.
+
+pub mod envelope;
+mod metrics;
+pub mod to_bot;
+pub mod to_slack;
+mod ws;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+pub use metrics::SocketMetrics;
+pub use to_bot::BotSockets;
+
+use crate::ingress::Ingress;
+use crate::live::Live;
+use crate::shared::Shared;
+use crate::upstream::UpstreamClient;
+
+/// The sockets to Slack of every app with `socket_mode.connections` > 0, opened again for each
+/// config generation.
+pub struct SlackSockets {
+    live: Arc<Live>,
+    links: Arc<to_slack::Links>,
+}
+
+impl SlackSockets {
+    pub fn new(live: Arc<Live>, shared: Arc<Shared>, ingress: Arc<Ingress>) -> Self {
+        SlackSockets { live, links: Arc::new(to_slack::Links { ingress, shared, client: UpstreamClient::new() }) }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for SlackSockets {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut generations = self.live.subscribe();
+        loop {
+            let config = self.live.get().config.clone();
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let mut tasks = JoinSet::new();
+            for app in config.apps.iter().filter(|a| a.socket_mode.as_ref().is_some_and(|s| s.connections > 0)) {
+                let n = app.socket_mode.as_ref().map_or(0, |s| s.connections);
+                info!(app = %app.name, connections = n, "opening Socket Mode connections to Slack");
+                for i in 0..n {
+                    tasks.spawn(to_slack::slot(self.links.clone(), app.clone(), i, stop_rx.clone()));
+                }
+            }
+            let reloaded = tokio::select! {
+                _ = shutdown.changed() => false,
+                changed = generations.changed() => changed.is_ok(),
+            };
+            let _ = stop_tx.send(true);
+            while tasks.join_next().await.is_some() {}
+            if !reloaded {
+                break;
+            }
+        }
+    }
+}
+
+/// Whether every app with sockets to Slack has one open and greeted (for `/readyz`), with
+/// the apps that have none.
+pub fn apps_without_socket(shared: &Shared, config: &crate::config::Config) -> Vec<String> {
+    let open = |app: &str| shared.metrics.socket.connections.with_label_values(&[app, "slack"]).get();
+    config
+        .apps
+        .iter()
+        .filter(|a| a.socket_mode.as_ref().is_some_and(|s| s.connections > 0))
+        .filter(|a| open(&a.name) <= 0)
+        .map(|a| a.name.clone())
+        .collect()
+}
+
+/// The listener Socket Mode bots connect to (`[server] socket_listen`), under a connection cap
+/// and an upgrade deadline; once upgraded, pings keep a socket alive (no idle deadline).
+pub struct BotListener {
+    pub addr: String,
+    pub shared: Arc<Shared>,
+    pub max_connections: usize,
+    pub upgrade_deadline: Duration,
+}
+
+#[async_trait]
+impl BackgroundService for BotListener {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let listener = match tokio::net::TcpListener::bind(&self.addr).await {
+            Ok(l) => l,
+            Err(e) => return warn!(addr = %self.addr, error = %e, "cannot listen for Socket Mode bots"),
+        };
+        info!(addr = %self.addr, "listening for Socket Mode bots");
+        let cap = Arc::new(Semaphore::new(self.max_connections));
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = shutdown.changed() => break,
+            };
+            let Ok((tcp, _)) = accepted else { continue };
+            let Ok(permit) = cap.clone().try_acquire_owned() else {
+                drop(tcp);
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let (bots, shared, deadline) = (self.shared.bots.clone(), self.shared.clone(), self.upgrade_deadline);
+            tokio::spawn(async move {
+                bots.serve(tcp, deadline, shared).await;
+                drop(permit);
+            });
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Gateway → a Socket Mode bot (`upstream = "socket"`): the bot's `apps.connections.open`
+//! (through the egress, matched by its app token) gets a URL of the gateway's own socket
+//! listener with a one-time ticket; a connection without a valid, unused ticket is refused, so
+//! no other local process can read deliveries or ack them. Each delivery attempt goes to one
+//! greeted socket of the app as an envelope, and the bot's ack is the attempt's 2xx (an ack's
+//! `payload` its answer). A bot that drops its socket holds nothing: the attempt fails and the
+//! delivery is retried like any other.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::Message;
+use tracing::{debug, info, warn};
+
+use super::envelope;
+use crate::metrics::Metrics;
+use crate::shared::Shared;
+use crate::upstream::{self, SendError};
+
+/// A ticket not used within this long is void.
+const TICKET_LIFE: Duration = Duration::from_secs(60);
+/// Tickets outstanding at most (each `apps.connections.open` makes one).
+const MAX_TICKETS: usize = 1024;
+const PING_EVERY: Duration = Duration::from_secs(10);
+/// A bot socket silent this long (not even a pong) is closed.
+const SILENT_MAX: Duration = Duration::from_secs(35);
+
+/// The bots' sockets of this process, by app, and the tickets that open them.
+#[derive(Default)]
+pub struct BotSockets {
+    tickets: Mutex<HashMap<String, (Arc<str>, Instant)>>,
+    by_app: Mutex<HashMap<Arc<str>, Vec<Arc<BotConn>>>>,
+    next: AtomicUsize,
+    ids: AtomicU64,
+}
+
+/// One greeted bot socket.
+struct BotConn {
+    id: u64,
+    out: mpsc::Sender<Message>,
+    /// Envelope id → who waits for its ack (with the ack's payload, if any).
+    waiting: Mutex<HashMap<String, oneshot::Sender<Option<String>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl BotSockets {
+    /// A one-time URL on `listen` (the socket listener) for `app`'s bot; `None` when too many
+    /// tickets are outstanding.
+    pub fn issue(&self, app: &str, listen: &str) -> Option<String> {
+        let mut tickets = lock(&self.tickets);
+        tickets.retain(|_, (_, at)| at.elapsed() < TICKET_LIFE);
+        if tickets.len() >= MAX_TICKETS {
+            return None;
+        }
+        let ticket = format!("{:032x}", rand::random::<u128>());
+        tickets.insert(ticket.clone(), (app.into(), Instant::now()));
+        Some(format!("ws://{listen}/socket?ticket={ticket}"))
+    }
+
+    /// The app a ticket in `query` opens, using the ticket up.
+    fn redeem(&self, query: Option<&str>) -> Option<Arc<str>> {
+        let ticket = form_urlencoded::parse(query?.as_bytes()).find(|(k, _)| k == "ticket")?.1.into_owned();
+        let (app, at) = lock(&self.tickets).remove(&ticket)?;
+        (at.elapsed() < TICKET_LIFE).then_some(app)
+    }
+
+    /// Greeted sockets of `app`.
+    pub fn connected(&self, app: &str) -> usize {
+        lock(&self.by_app).get(app).map_or(0, Vec::len)
+    }
+
+    /// One attempt: `payload` (a JSON text) to one of `app`'s sockets as an envelope, the
+    /// bot's ack within `timeout` as a 200 (its payload as the body).
+    pub async fn send(
+        &self,
+        app: &str,
+        delivery_id: &str,
+        attempt: u64,
+        (content_type, body): (&str, &[u8]),
+        timeout: Duration,
+    ) -> Result<upstream::Response, SendError> {
+        let (kind, payload) = envelope::from_http(content_type, body)
+            .ok_or_else(|| SendError::Request("not a body Socket Mode can carry".into()))?;
+        let conn = {
+            let by_app = lock(&self.by_app);
+            let conns = by_app.get(app).filter(|c| !c.is_empty()).ok_or_else(no_bot)?;
+            conns[self.next.fetch_add(1, Ordering::Relaxed) % conns.len()].clone()
+        };
+        let id = format!("{delivery_id}.{attempt}");
+        let (tx, rx) = oneshot::channel();
+        lock(&conn.waiting).insert(id.clone(), tx);
+        let retry = u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        let text = envelope::envelope_text(&id, kind, &payload, envelope::accepts_response_payload(kind), retry);
+        let answer = async {
+            conn.out.send(Message::text(text)).await.map_err(|_| dropped())?;
+            rx.await.map_err(|_| dropped())
+        };
+        let result = tokio::time::timeout(timeout, answer).await;
+        lock(&conn.waiting).remove(&id);
+        let payload = result.map_err(|_| SendError::Timeout)??;
+        let (content_type, body) = match payload {
+            Some(p) => (Some(envelope::JSON.to_string()), Bytes::from(p)),
+            None => (None, Bytes::new()),
+        };
+        Ok(upstream::Response { status: 200, content_type, body, retry_after: None, headers: Default::default() })
+    }
+
+    /// Serve one accepted TCP connection: the upgrade (with a valid ticket) within
+    /// `upgrade_deadline`, then the socket until it closes.
+    pub async fn serve(self: Arc<Self>, tcp: tokio::net::TcpStream, upgrade_deadline: Duration, shared: Arc<Shared>) {
+        let mut app = None;
+        // The handshake's own callback type (tungstenite's), whatever its size.
+        #[allow(clippy::result_large_err)]
+        let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+            match self.redeem(req.uri().query()) {
+                Some(a) if req.uri().path() == "/socket" => {
+                    app = Some(a);
+                    Ok(resp)
+                }
+                _ => {
+                    let mut refused = ErrorResponse::new(Some("a valid, unused ticket is required\n".into()));
+                    *refused.status_mut() = http::StatusCode::UNAUTHORIZED;
+                    Err(refused)
+                }
+            }
+        };
+        let upgrade = tokio_tungstenite::accept_hdr_async_with_config(tcp, check, Some(super::ws::config()));
+        let socket = match tokio::time::timeout(upgrade_deadline, upgrade).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return debug!(error = %e, "a Socket Mode bot's upgrade refused"),
+            Err(_) => return debug!("a Socket Mode bot's upgrade timed out"),
+        };
+        let Some(app) = app else { return };
+        self.session(app, socket, &shared.metrics).await;
+    }
+
+    async fn session<S>(&self, app: Arc<str>, socket: tokio_tungstenite::WebSocketStream<S>, metrics: &Metrics)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (mut sink, mut stream) = socket.split();
+        let (out, mut out_rx) = mpsc::channel::<Message>(256);
+        let writer = tokio::spawn(async move {
+            while let Some(m) = out_rx.recv().await {
+                if sink.send(m).await.is_err() {
+                    break;
+                }
+            }
+            let _ = sink.close().await;
+        });
+        let conn = Arc::new(BotConn { id: self.ids.fetch_add(1, Ordering::Relaxed), out, waiting: Default::default() });
+        let hello = serde_json::json!({
+            "type": "hello",
+            "num_connections": self.connected(&app) + 1,
+            "debug_info": { "host": "slackgate", "approximate_connection_time": 18060 },
+            "connection_info": { "app_id": "slackgate" },
+        });
+        if conn.out.send(Message::text(hello.to_string())).await.is_err() {
+            return;
+        }
+        lock(&self.by_app).entry(app.clone()).or_default().push(conn.clone());
+        let gauge = metrics.socket.connections.with_label_values(&[&app, "bot"]);
+        gauge.inc();
+        info!(app = %app, socket = conn.id, "a Socket Mode bot connected");
+        let mut ping = tokio::time::interval(PING_EVERY);
+        let mut last_frame = Instant::now();
+        loop {
+            tokio::select! {
+                frame = stream.next() => {
+                    last_frame = Instant::now();
+                    match frame {
+                        Some(Ok(Message::Text(t))) => self.acked(&app, &conn, &t, metrics),
+                        Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                        Some(Ok(_)) => {}
+                    }
+                }
+                _ = ping.tick() => {
+                    if last_frame.elapsed() > SILENT_MAX {
+                        warn!(app = %app, socket = conn.id, "a Socket Mode bot stopped answering pings; closing its socket");
+                        break;
+                    }
+                    let _ = conn.out.try_send(Message::Ping(Bytes::new()));
+                }
+            }
+        }
+        if let Some(conns) = lock(&self.by_app).get_mut(&app) {
+            conns.retain(|c| c.id != conn.id);
+        }
+        gauge.dec();
+        // Whoever waits for an ack on this socket gets none: the attempt fails and is retried.
+        lock(&conn.waiting).clear();
+        info!(app = %app, socket = conn.id, "a Socket Mode bot disconnected");
+        writer.abort();
+    }
+
+    fn acked(&self, app: &str, conn: &BotConn, text: &str, metrics: &Metrics) {
+        let Some((id, payload)) = envelope::parse_ack(text) else {
+            return debug!(app, "a Socket Mode bot sent a frame that is not an ack");
+        };
+        let waiting = lock(&conn.waiting).remove(&id);
+        let outcome = if waiting.is_some() { "acked" } else { "late_ack" };
+        metrics.socket.envelopes.with_label_values(&[app, "bot", "any", outcome]).inc();
+        if let Some(w) = waiting {
+            let _ = w.send(payload);
+        }
+    }
+}
+
+fn no_bot() -> SendError {
+    SendError::Refused("no Socket Mode bot is connected".into())
+}
+
+fn dropped() -> SendError {
+    SendError::Io("the Socket Mode bot's socket closed before its ack".into())
+}

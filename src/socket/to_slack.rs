@@ -1,0 +1,326 @@
+//! Slack → gateway over Socket Mode: per app, `socket_mode.connections` sockets to Slack, each
+//! acking an envelope only once the ingress recorded it (the same atomic record, admission and
+//! ack budget as an HTTP delivery). Not recorded (Redis down, shed): no ack, and Slack sends
+//! it again.
+//!
+//! A socket Slack asks to go (`refresh_requested`, `warning`) is replaced before it is closed:
+//! the new one is opened and greeted first, then the old one finishes the envelopes it has and
+//! closes, so there is no moment without a socket. `link_disabled` is logged as an error and
+//! makes `/readyz` not ready until a socket is greeted again. A socket that stops answering
+//! pings, drops, or cannot be opened is opened again after a backoff with jitter.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::Full;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::Message;
+use tracing::{debug, error, info, warn};
+
+use super::envelope::{self, Disconnect, Envelope, EnvelopeType, Incoming};
+use super::ws;
+use crate::config::AppConfig;
+use crate::ingress::{EnvelopeRequest, Ingress};
+use crate::shared::Shared;
+use crate::upstream::UpstreamClient;
+
+/// A greeting later than this after the socket opened: try another.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+/// Our pings, and how long a socket may be silent (no frame at all) before it is given up.
+const PING_EVERY: Duration = Duration::from_secs(10);
+const SILENT_MAX: Duration = Duration::from_secs(35);
+/// After `link_disabled`, ask again this often (an operator may turn it back on).
+const DISABLED_RETRY: Duration = Duration::from_secs(60);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// What every socket of a process shares.
+pub struct Links {
+    pub ingress: Arc<Ingress>,
+    pub shared: Arc<Shared>,
+    pub client: UpstreamClient,
+}
+
+/// Why a socket ended.
+#[derive(Debug)]
+enum Ended {
+    /// We closed it (replaced, or stopping).
+    Closed,
+    Disabled,
+    Dropped(String),
+}
+
+/// One of an app's sockets to Slack, kept open until `stop`.
+pub async fn slot(links: Arc<Links>, app: Arc<AppConfig>, index: u16, mut stop: watch::Receiver<bool>) {
+    let mut failures = 0u32;
+    // The socket being replaced, closed once its successor is greeted.
+    let mut old: Option<watch::Sender<bool>> = None;
+    while !*stop.borrow() {
+        let opened = tokio::select! {
+            o = open(&links, &app) => o,
+            _ = stop.changed() => break,
+        };
+        let socket = match opened {
+            Ok(s) => s,
+            Err(e) => {
+                failures += 1;
+                links.metric_reconnect(&app, "open_failed");
+                warn!(app = %app.name, socket = index, error = %e, "cannot open a Socket Mode connection; trying again");
+                if pause(backoff(failures), &mut stop).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        let (close_tx, close_rx) = watch::channel(false);
+        let (hello_tx, hello_rx) = oneshot::channel();
+        let (replace_tx, replace_rx) = oneshot::channel();
+        let session =
+            Session { links: links.clone(), app: app.clone(), index, hello: Some(hello_tx), replace: Some(replace_tx) };
+        let mut running = tokio::spawn(session.run(socket, close_rx));
+        let greeted = tokio::time::timeout(HELLO_WAIT, hello_rx).await.is_ok_and(|r| r.is_ok());
+        if !greeted {
+            let _ = close_tx.send(true);
+            failures += 1;
+            links.metric_reconnect(&app, "no_hello");
+            warn!(app = %app.name, socket = index, "a Socket Mode connection was not greeted; trying another");
+            if pause(backoff(failures), &mut stop).await {
+                break;
+            }
+            continue;
+        }
+        failures = 0;
+        if let Some(old) = old.take() {
+            let _ = old.send(true);
+        }
+        tokio::select! {
+            // Slack asked this one to go: open its successor now, then close it.
+            Ok(()) = replace_rx => {
+                old = Some(close_tx);
+                continue;
+            }
+            ended = &mut running => {
+                let ended = ended.unwrap_or_else(|e| Ended::Dropped(format!("the socket's task failed: {e}")));
+                match ended {
+                    Ended::Disabled => {
+                        if pause(DISABLED_RETRY, &mut stop).await {
+                            break;
+                        }
+                    }
+                    Ended::Dropped(why) => {
+                        failures += 1;
+                        warn!(app = %app.name, socket = index, reason = %why, "Socket Mode connection lost; opening another");
+                        if pause(backoff(failures), &mut stop).await {
+                            break;
+                        }
+                    }
+                    Ended::Closed => {}
+                }
+            }
+            _ = stop.changed() => {
+                let _ = close_tx.send(true);
+                let _ = tokio::time::timeout(Duration::from_secs(5), running).await;
+                break;
+            }
+        }
+    }
+    if let Some(old) = old {
+        let _ = old.send(true);
+    }
+}
+
+/// Sleep `d` unless stopped first (then `true`).
+async fn pause(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => *stop.borrow(),
+        _ = stop.changed() => true,
+    }
+}
+
+/// 1 s, 2 s, 4 s … up to 30 s, each with up to half again of jitter.
+fn backoff(failures: u32) -> Duration {
+    let base = Duration::from_secs(1u64 << failures.saturating_sub(1).min(5)).min(BACKOFF_MAX);
+    base + base.mul_f64(rand::random::<f64>() / 2.0)
+}
+
+/// `apps.connections.open` with the app token, then the socket it names.
+async fn open(links: &Links, app: &AppConfig) -> Result<ws::Socket, String> {
+    let s = app.socket_mode.as_ref().ok_or("no socket_mode")?;
+    let base = &s.api_url;
+    let scheme = if base.tls { "https" } else { "http" };
+    let path = base.path.as_deref().unwrap_or("/");
+    let sep = if path.ends_with('/') { "" } else { "/" };
+    let uri = format!("{scheme}://{}{path}{sep}apps.connections.open", base.authority());
+    let mut bearer = b"Bearer ".to_vec();
+    bearer.extend_from_slice(s.app_token.expose());
+    let request = http::Request::post(uri)
+        .header(http::header::AUTHORIZATION, bearer)
+        .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Full::new(Bytes::new()))
+        .map_err(|_| "cannot build the apps.connections.open request")?;
+    let resp = links.client.call(request, Duration::from_secs(10), 64 << 10).await.map_err(|e| e.to_string())?;
+    let answer: serde_json::Value = serde_json::from_slice(&resp.body)
+        .map_err(|_| format!("apps.connections.open answered {} without JSON", resp.status))?;
+    if answer["ok"] != true {
+        let error = answer["error"].as_str().unwrap_or("no error given");
+        return Err(format!("apps.connections.open: {}", error.chars().take(60).collect::<String>()));
+    }
+    let url = answer["url"].as_str().ok_or("apps.connections.open gave no url")?;
+    ws::connect(url).await
+}
+
+impl Links {
+    fn metric_reconnect(&self, app: &AppConfig, reason: &str) {
+        self.shared.metrics.socket.reconnects.with_label_values(&[&app.name, reason]).inc();
+    }
+}
+
+/// One greeted socket: reads envelopes, records each, acks what was recorded.
+struct Session {
+    links: Arc<Links>,
+    app: Arc<AppConfig>,
+    index: u16,
+    hello: Option<oneshot::Sender<()>>,
+    replace: Option<oneshot::Sender<()>>,
+}
+
+impl Session {
+    async fn run(mut self, socket: ws::Socket, mut close: watch::Receiver<bool>) -> Ended {
+        let (mut sink, mut stream) = socket.split();
+        let (out_tx, mut out_rx) = mpsc::channel::<Message>(256);
+        let writer = tokio::spawn(async move {
+            while let Some(m) = out_rx.recv().await {
+                let closing = matches!(m, Message::Close(_));
+                if sink.send(m).await.is_err() || closing {
+                    break;
+                }
+            }
+            let _ = sink.close().await;
+        });
+        let gauge = self.links.shared.metrics.socket.connections.with_label_values(&[&self.app.name, "slack"]);
+        let mut greeted = false;
+        let mut in_flight = JoinSet::new();
+        let mut ping = tokio::time::interval(PING_EVERY);
+        let mut last_frame = Instant::now();
+        let ended = loop {
+            tokio::select! {
+                frame = stream.next() => {
+                    last_frame = Instant::now();
+                    let text = match frame {
+                        Some(Ok(Message::Text(t))) => t,
+                        Some(Ok(Message::Close(_))) | None => break Ended::Dropped("closed by Slack".into()),
+                        Some(Ok(_)) => continue,
+                        Some(Err(e)) => break Ended::Dropped(e.to_string()),
+                    };
+                    match envelope::parse(&text) {
+                        Ok(Incoming::Hello) => {
+                            if !greeted {
+                                greeted = true;
+                                gauge.inc();
+                                self.greeted();
+                            }
+                        }
+                        Ok(Incoming::Envelope(e)) => {
+                            in_flight.spawn(ack(self.links.clone(), self.app.clone(), e, out_tx.clone()));
+                        }
+                        Ok(Incoming::Disconnect(reason)) => {
+                            if let Some(ended) = self.disconnect(reason) {
+                                break ended;
+                            }
+                        }
+                        Ok(Incoming::Unknown(kind)) => debug!(app = %self.app.name, kind, "a Socket Mode message of a type not handled"),
+                        Err(e) => warn!(app = %self.app.name, error = %e, "a Socket Mode frame that is not an envelope; ignored"),
+                    }
+                }
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                _ = ping.tick() => {
+                    if last_frame.elapsed() > SILENT_MAX {
+                        self.links.metric_reconnect(&self.app, "ping_timeout");
+                        break Ended::Dropped("no frame from Slack, not even a pong".into());
+                    }
+                    let _ = out_tx.try_send(Message::Ping(Bytes::new()));
+                }
+                _ = close.changed() => {
+                    // The envelopes read on this socket are acked on it before it closes.
+                    let drain = async { while in_flight.join_next().await.is_some() {} };
+                    let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+                    let _ = out_tx.send(Message::Close(None)).await;
+                    break Ended::Closed;
+                }
+            }
+        };
+        if greeted {
+            gauge.dec();
+        }
+        drop(out_tx);
+        let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+        ended
+    }
+
+    fn greeted(&mut self) {
+        let m = &self.links.shared.metrics.socket;
+        if m.link_disabled.with_label_values(&[&self.app.name]).get() != 0 {
+            info!(app = %self.app.name, "Socket Mode enabled again");
+        }
+        m.link_disabled.with_label_values(&[&self.app.name]).set(0);
+        info!(app = %self.app.name, socket = self.index, "Socket Mode connection open");
+        if let Some(h) = self.hello.take() {
+            let _ = h.send(());
+        }
+    }
+
+    /// Slack's `disconnect`: `Some` when the socket ends now.
+    fn disconnect(&mut self, reason: Disconnect) -> Option<Ended> {
+        self.links.metric_reconnect(&self.app, reason.as_label());
+        match reason {
+            Disconnect::LinkDisabled => {
+                self.links.shared.metrics.socket.link_disabled.with_label_values(&[&self.app.name]).set(1);
+                error!(app = %self.app.name, "Slack disabled Socket Mode for this app (link_disabled): no events arrive until it is enabled again");
+                Some(Ended::Disabled)
+            }
+            _ => {
+                info!(app = %self.app.name, socket = self.index, reason = reason.as_label(), "Slack asks for a new Socket Mode connection; opening it before closing this one");
+                if let Some(r) = self.replace.take() {
+                    let _ = r.send(());
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Record one envelope and ack it if it was recorded.
+async fn ack(links: Arc<Links>, app: Arc<AppConfig>, e: Envelope, out: mpsc::Sender<Message>) {
+    let arrived = Instant::now();
+    let m = &links.shared.metrics.socket;
+    let kind = e.kind.as_label();
+    let http = match envelope::to_http(&e) {
+        Ok(h) => h,
+        Err(why) => {
+            // Unreadable: acked (a redelivery cannot be read either), never recorded.
+            warn!(app = %app.name, envelope = %e.id, error = why, "an envelope whose payload cannot be read; acked, not delivered");
+            let _ = out.send(Message::text(envelope::ack_text(&e.id, None))).await;
+            m.envelopes.with_label_values(&[&app.name, "slack", kind, "bad_request"]).inc();
+            return;
+        }
+    };
+    let path = match e.kind {
+        EnvelopeType::Events => &app.events_path,
+        EnvelopeType::Interactive => &app.interactivity_path,
+        EnvelopeType::SlashCommands => &app.commands_path,
+    };
+    let retry = (e.retry_attempt > 0).then(|| (e.retry_attempt, e.retry_reason()));
+    let request = EnvelopeRequest { content_type: http.content_type, body: http.body, path, envelope_id: &e.id, retry };
+    let answer = links.ingress.envelope(&app, request).await;
+    if !answer.ack {
+        m.envelopes.with_label_values(&[&app.name, "slack", kind, "not_acked"]).inc();
+        return;
+    }
+    let payload = e.accepts_response_payload.then_some((answer.content_type.as_str(), &answer.body[..]));
+    if out.send(Message::text(envelope::ack_text(&e.id, payload))).await.is_ok() {
+        m.ack_seconds.with_label_values(&[&app.name]).observe(arrived.elapsed().as_secs_f64());
+        m.envelopes.with_label_values(&[&app.name, "slack", kind, answer.outcome]).inc();
+    }
+}
