@@ -15,6 +15,7 @@ mod egress_claims;
 mod egress_common;
 mod egress_http;
 mod egress_limits;
+mod fake_socket_selftest;
 mod fence;
 mod interactive;
 mod lifecycle;

@@ -6,6 +6,7 @@
 mod bolt_process;
 mod child;
 mod fake_slack;
+pub mod fake_socket;
 mod gateway;
 mod raw;
 mod receiver;
@@ -20,6 +21,7 @@ mod wait;
 pub use bolt_process::{Bolt, BoltProcess};
 pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack, Look};
+pub use fake_socket::FakeSocket;
 pub use gateway::{started_on, Gateway, GatewayConfig};
 pub use raw::{closed_within, connect};
 pub use receiver::{Receiver, Reply, Reserved};
