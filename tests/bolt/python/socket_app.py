@@ -1,0 +1,154 @@
+"""An unmodified Bolt for Python bot in Socket Mode, put behind slackgate (its egress answers the
+bot's `apps.connections.open` with the gateway's own WebSocket) by the Socket Mode tests.
+
+It makes no network call of its own: a custom `authorize` answers for every workspace, so Bolt
+never calls auth.test, and its Web API client points at SLACK_API_URL, the gateway's egress.
+Bolt's `SocketModeHandler` (the built-in, dependency-free client of slack_sdk) opens its socket
+with `app.client`, so `apps.connections.open` goes there too, with the app token.
+
+Environment: SLACK_APP_TOKEN (required, `xapp-…`), SLACK_API_URL (required; the egress base URL,
+ending in `/`, e.g. `http://127.0.0.1:PORT/api/`: the client joins method names with urljoin,
+so without the slash `apps.connections.open` would replace the last path segment), ANSWER (1,
+the default: answer an app_mention in its thread with `say()`; 0: no reply), SLOW_ONCE (seconds
+to hold the first delivery of each event_id before Bolt acks it, default 0: a bot that misses
+its ack once).
+
+On stdout: `CONNECTED` each time the server's `hello` arrives on a socket (again after every
+reconnect), `DISCONNECT <reason>` for each `disconnect` message, and one `HANDLED …` line per
+listener run:
+  `HANDLED app_mention <event_id> <ts> retry=<retry_attempt, or ->` then `HANDLED replied <ts>`
+  (or `HANDLED reply_failed <ts> <error>`); `HANDLED message <ts>`; `HANDLED command /ask <text>`
+  (acked with the inline answer `{"text": "answer to <text>"}`); `HANDLED view form` (acked with
+  `{"response_action": "errors", …}`).
+Bolt's own logging (the socket client's connects and reconnects) goes to stderr.
+"""
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from http.client import RemoteDisconnected
+from urllib.error import URLError
+
+from slack_bolt import App
+from slack_bolt.adapter.socket_mode import SocketModeHandler
+from slack_bolt.authorization import AuthorizeResult
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+APP_TOKEN = os.environ["SLACK_APP_TOKEN"]
+API_URL = os.environ["SLACK_API_URL"]
+ANSWER = os.environ.get("ANSWER", "1") == "1"
+SLOW_ONCE = float(os.environ.get("SLOW_ONCE", "0"))
+SEEN = set()
+SEEN_LOCK = threading.Lock()
+PRINTING = threading.Lock()
+
+
+def say_line(line: str) -> None:
+    # One whole line at a time: listeners run on the socket client's worker threads.
+    with PRINTING:
+        sys.stdout.write(f"{line}\n")
+        sys.stdout.flush()
+
+
+def handled(line: str) -> None:
+    say_line(f"HANDLED {line}")
+
+
+def authorize(enterprise_id, team_id, user_id, logger):
+    return AuthorizeResult(
+        enterprise_id=enterprise_id,
+        team_id=team_id,
+        bot_user_id="UBOT",
+        bot_id="BBOT",
+        bot_token="xoxb-test",
+    )
+
+
+# Only the base URL points the client elsewhere (and retries on a refused or broken connection,
+# for a gateway that restarts). No signing secret: Socket Mode requests are not signed.
+retry = ConnectionErrorRetryHandler(
+    max_retry_count=5, error_types=[URLError, ConnectionResetError, RemoteDisconnected, TimeoutError]
+)
+app = App(
+    authorize=authorize,
+    client=WebClient(base_url=API_URL, timeout=30, retry_handlers=[retry]),
+)
+
+
+@app.middleware
+def slow_once(body, next):
+    # Runs before the listener, so before Bolt's automatic ack of an event.
+    event_id = body.get("event_id")
+    if SLOW_ONCE > 0 and event_id:
+        with SEEN_LOCK:
+            first = event_id not in SEEN
+            SEEN.add(event_id)
+        if first:
+            time.sleep(SLOW_ONCE)
+    next()
+
+
+def header(request, name: str) -> str:
+    values = request.headers.get(name) or []
+    return values[0] if values else "-"
+
+
+@app.event("app_mention")
+def on_app_mention(body, event, say, request):
+    ts = event.get("ts")
+    # Bolt puts the envelope's retry_attempt where HTTP mode has X-Slack-Retry-Num.
+    handled(f"app_mention {body.get('event_id')} {ts} retry={header(request, 'x-slack-retry-num')}")
+    if not ANSWER:
+        return
+    try:
+        say(text=f"on it: {event.get('text')}", thread_ts=ts)
+    except SlackApiError as e:
+        handled(f"reply_failed {ts} {e.response.get('error')}")
+        return
+    except Exception as e:  # a refused or broken connection to the egress
+        handled(f"reply_failed {ts} {type(e).__name__}")
+        return
+    handled(f"replied {ts}")
+
+
+@app.event("message")
+def on_message(event):
+    handled(f"message {event.get('ts')}")
+
+
+@app.command("/ask")
+def on_ask(ack, command):
+    # The ack carries the inline answer as its payload: {"text": "answer to …"}.
+    ack(f"answer to {command.get('text', '')}")
+    handled(f"command {command.get('command')} {command.get('text', '')}")
+
+
+@app.view_submission("form")
+def on_form(ack):
+    ack(response_action="errors", errors={"field": "too short"})
+    handled("view form")
+
+
+def on_raw_message(raw: str) -> None:
+    # Every text frame, before the client acts on it (a `disconnect` never reaches a listener).
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return
+    if message.get("type") == "hello":
+        say_line("CONNECTED")
+    elif message.get("type") == "disconnect":
+        say_line(f"DISCONNECT {message.get('reason')}")
+
+
+if __name__ == "__main__":
+    handler = SocketModeHandler(app, APP_TOKEN)
+    handler.client.on_message_listeners.append(on_raw_message)
+    handler.start()
