@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::utils::*;
 
-mod payloads;
+pub(crate) mod payloads;
 use payloads::*;
 
 /// What Bolt logs when it answers 401 to a bad signature.

@@ -1,0 +1,211 @@
+//! Socket Mode, Slack → gateway: the gateway holds the app's sockets to a fake Slack Socket
+//! Mode server (`utils::fake_socket`), acks each envelope only once Redis has it, and delivers
+//! it to an unmodified Bolt app over HTTP, signed, as the request Slack would have made.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::bolt::payloads;
+use crate::utils::fake_socket::ClosedBy;
+use crate::utils::*;
+
+const XAPP: &str = "xapp-1-A1-test-token";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A form body as the object Socket Mode carries for a slash command.
+fn form_object(body: &[u8]) -> Value {
+    Value::Object(form_urlencoded::parse(body).into_owned().map(|(k, v)| (k, Value::String(v))).collect())
+}
+
+/// The JSON of an interactive form body's `payload=` field.
+fn form_payload(body: &[u8]) -> Value {
+    let (_, p) = form_urlencoded::parse(body).find(|(k, _)| k == "payload").unwrap();
+    serde_json::from_str(&p).unwrap()
+}
+
+struct Rig {
+    slack: FakeSocket,
+    gw: Gateway,
+    redis: RedisServer,
+    _cfg: GatewayConfig,
+}
+
+impl Rig {
+    /// Redis, the fake Slack, and a gateway with `connections` sockets in front of `upstream`.
+    async fn start(name: &str, upstream: &str, connections: u16) -> Rig {
+        let redis = RedisServer::start();
+        let slack = FakeSocket::start(XAPP).await;
+        let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), upstream);
+        cfg.app = format!(
+            "socket_mode = {{ app_token = \"${{SG_XAPP}}\", connections = {connections}, api_url = \"{}\" }}",
+            slack.api_url()
+        );
+        let gw = Gateway::start_with_env(&cfg, &[("SG_XAPP", XAPP)]).await;
+        assert!(slack.wait_open(usize::from(connections), WAIT).await, "the gateway's sockets:\n{}", gw.log());
+        Rig { slack, gw, redis, _cfg: cfg }
+    }
+}
+
+fn event_payload(id: &str) -> Value {
+    serde_json::from_slice(&payloads::app_mention(id, &event_ts(id), "<@UBOT> hello")).unwrap()
+}
+
+async fn an_event_over_the_socket_reaches_the_http_bot_once(kind: Bolt) {
+    let app = BoltProcess::start(kind, "app", &[]).await;
+    let rig = Rig::start(&format!("sockbolt{kind:?}"), &app.url(), 2).await;
+    let envelope = rig.slack.send("events_api", event_payload("EvSock1"), false);
+    let ack = rig.slack.wait_ack(&envelope, WAIT).await.unwrap_or_else(|| panic!("no ack:\n{}", rig.gw.log()));
+    assert!(ack.payload.is_none(), "an event's ack carries nothing: {:?}", ack.payload);
+    let ts = event_ts("EvSock1");
+    let handled = eventually(WAIT, || !app.handled_lines(&format!("app_mention {ts}")).is_empty()).await;
+    assert!(handled, "the bot never got it:\n{}\n{}", app.logs(), rig.gw.log());
+    // Bolt verified the signature itself: the bot cannot tell the event came over a socket.
+    assert!(outbox_idle(rig.gw.admin_port, WAIT).await);
+    assert_eq!(app.handled_lines(&format!("app_mention {ts}")).len(), 1, "{}", app.stdout());
+    assert_eq!(rig.slack.acked_count(), 1);
+    let acked = metric(
+        rig.gw.admin_port,
+        "slackgate_socket_envelopes_total{app=\"bot\",direction=\"slack\",outcome=\"accepted\",type=\"events_api\"}",
+    )
+    .await;
+    assert_eq!(acked, 1.0);
+    let open = metric(rig.gw.admin_port, "slackgate_socket_connections{app=\"bot\",direction=\"slack\"}").await;
+    assert_eq!(open, 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_over_the_socket_reaches_bolt_python_over_http_once() {
+    an_event_over_the_socket_reaches_the_http_bot_once(Bolt::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_over_the_socket_reaches_bolt_js_over_http_once() {
+    an_event_over_the_socket_reaches_the_http_bot_once(Bolt::Js).await;
+}
+
+/// Redis down: the envelope is not recorded, so it is not acked, and Slack's redelivery (with
+/// `retry_attempt`) is recorded, acked and delivered once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_is_acked_only_once_redis_has_it() {
+    let bot = Receiver::start(SECRET).await;
+    let mut rig = Rig::start("sockredis", &bot.url(), 1).await;
+    rig.slack.set_redeliver_after(Duration::from_secs(3));
+    rig.redis.stop();
+    let envelope = rig.slack.send("events_api", event_payload("EvSockDown"), false);
+    let retried =
+        eventually(WAIT, || rig.slack.sends().iter().any(|s| s.envelope_id == envelope && s.retry_attempt >= 1)).await;
+    assert!(retried, "Slack's redelivery was never sent");
+    assert!(rig.slack.ack_for(&envelope).is_none(), "acked while Redis was down:\n{}", rig.gw.log());
+    assert_eq!(bot.count(), 0);
+    rig.redis.restart();
+    let ack = rig.slack.wait_ack(&envelope, Duration::from_secs(30)).await;
+    assert!(ack.is_some(), "never acked after Redis came back:\n{}", rig.gw.log());
+    assert!(eventually(WAIT, || bot.count() >= 1).await, "never delivered");
+    assert!(outbox_idle(rig.gw.admin_port, WAIT).await);
+    assert_eq!(bot.count(), 1, "delivered more than once");
+    let log = rig.gw.log();
+    let refused = log.lines().any(|l| l.contains("via=\"socket\"") && l.contains("store_unavailable"));
+    assert!(refused, "the unrecorded envelope is audited:\n{log}");
+    assert!(log.lines().any(|l| l.contains("via=\"socket\"") && l.contains("retry_num=1")), "{log}");
+}
+
+/// Slack asks for a new socket mid-stream: the gateway opens the new one before the old one
+/// closes, and every envelope is acked and delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refresh_requested_mid_stream_loses_and_doubles_nothing() {
+    let bot = Receiver::start(SECRET).await;
+    let rig = Rig::start("sockrefresh", &bot.url(), 1).await;
+    rig.slack.set_grace(Duration::from_secs(10));
+    let mut envelopes = Vec::new();
+    for i in 0..60 {
+        if i == 20 {
+            rig.slack.disconnect("refresh_requested");
+        }
+        envelopes.push(rig.slack.send("events_api", event_payload(&format!("EvRefresh{i:02}")), false));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for e in &envelopes {
+        assert!(rig.slack.wait_ack(e, WAIT).await.is_some(), "{e} never acked:\n{}", rig.gw.log());
+    }
+    assert!(eventually(WAIT, || bot.count() >= 60).await, "delivered {}", bot.count());
+    assert!(outbox_idle(rig.gw.admin_port, WAIT).await);
+    assert_eq!(bot.count(), 60, "a delivery doubled");
+    let conns = rig.slack.connections();
+    assert!(conns.len() >= 2, "no new socket: {conns:?}");
+    let (old, new) = (&conns[0], &conns[1]);
+    let closed = eventually(WAIT, || rig.slack.connections()[0].closed_at.is_some()).await;
+    assert!(closed, "the old socket was never closed");
+    let old_closed = rig.slack.connections()[0].clone();
+    assert!(new.opened_at < old_closed.closed_at.unwrap(), "the new socket came after the old one closed");
+    assert_eq!(old_closed.closed_by, Some(ClosedBy::Client), "the gateway closes the old socket itself: {old:?}");
+    let refreshed = "slackgate_socket_reconnects_total{app=\"bot\",reason=\"refresh_requested\"}";
+    assert_eq!(metric(rig.gw.admin_port, refreshed).await, 1.0);
+}
+
+/// Inline answers come back as the ack's payload within Slack's 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_and_a_view_submission_answer_in_their_acks() {
+    let app = BoltProcess::start(Bolt::Python, "app", &[]).await;
+    let rig = Rig::start("sockinline", &app.url(), 1).await;
+    let command = form_object(&payloads::slash_command("/deploy", "prod", "TrSock1"));
+    let sent = Instant::now();
+    let id = rig.slack.send("slash_commands", command, true);
+    let ack = rig.slack.wait_ack(&id, WAIT).await.expect("the command's ack");
+    assert!(ack.at.duration_since(sent) < Duration::from_secs(3), "acked after {:?}", ack.at.duration_since(sent));
+    let payload = ack.payload.unwrap_or_else(|| panic!("no payload:\n{}", rig.gw.log()));
+    assert!(payload.to_string().contains("deploying prod"), "{payload}");
+    let view = form_payload(&payloads::view_submission("TrSock2"));
+    let id = rig.slack.send("interactive", view, true);
+    let ack = rig.slack.wait_ack(&id, WAIT).await.expect("the view's ack");
+    assert_eq!(ack.payload.as_ref().map(|p| p["response_action"].clone()), Some("errors".into()), "{ack:?}");
+    assert_eq!(app.handled_lines("command /deploy").len(), 1);
+    assert_eq!(app.handled_lines("view_submission form").len(), 1);
+}
+
+/// One event that arrives both ways (its HTTP route is kept) is one delivery: receipts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_event_over_http_and_the_socket_is_delivered_once() {
+    let bot = Receiver::start(SECRET).await;
+    let rig = Rig::start("sockboth", &bot.url(), 1).await;
+    let body = payloads::app_mention("EvBoth", &event_ts("EvBoth"), "<@UBOT> hi");
+    let (http, socket) = tokio::join!(send(rig.gw.port, Req::signed("/slack/events", body.clone(), SECRET)), async {
+        let id = rig.slack.send("events_api", serde_json::from_slice(&body).unwrap(), false);
+        rig.slack.wait_ack(&id, WAIT).await
+    });
+    assert_eq!(http.0, 200);
+    assert!(socket.is_some(), "the socket's copy was not acked");
+    assert!(eventually(WAIT, || bot.count() >= 1).await);
+    assert!(outbox_idle(rig.gw.admin_port, WAIT).await);
+    assert_eq!(bot.count(), 1, "delivered once per copy");
+}
+
+/// `link_disabled`: an error in the log, `/readyz` not ready, the metric; a socket greeted
+/// again makes it ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_disabled_makes_the_gateway_not_ready() {
+    let bot = Receiver::start(SECRET).await;
+    let rig = Rig::start("socklink", &bot.url(), 1).await;
+    assert_eq!(admin_get(rig.gw.admin_port, "/readyz").await.0, 200);
+    rig.slack.disconnect("link_disabled");
+    let not_ready = until(WAIT, async || admin_get(rig.gw.admin_port, "/readyz").await.0 == 503).await;
+    assert!(not_ready, "still ready:\n{}", rig.gw.log());
+    let (_, body) = admin_get(rig.gw.admin_port, "/readyz").await;
+    assert!(body.contains("link_disabled"), "{body}");
+    assert_eq!(metric(rig.gw.admin_port, "slackgate_socket_link_disabled{app=\"bot\"}").await, 1.0);
+    assert!(rig.gw.log().contains("Slack disabled Socket Mode for this app"), "{}", rig.gw.log());
+}
+
+/// A socket dropped without a word is opened again (backoff), and envelopes flow on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_socket_is_opened_again() {
+    let bot = Receiver::start(SECRET).await;
+    let rig = Rig::start("sockdrop", &bot.url(), 1).await;
+    rig.slack.drop_connections();
+    let reopened = eventually(WAIT, || rig.slack.total_connections() >= 2 && rig.slack.open_connections() >= 1).await;
+    assert!(reopened, "never reopened:\n{}", rig.gw.log());
+    let id = rig.slack.send("events_api", event_payload("EvAfterDrop"), false);
+    assert!(rig.slack.wait_ack(&id, WAIT).await.is_some());
+    assert!(eventually(WAIT, || bot.count() == 1).await);
+    assert!(rig.slack.opened() >= 2, "each socket is opened with apps.connections.open");
+}
