@@ -28,6 +28,11 @@ pub use metrics::SocketMetrics;
 pub use to_bot::BotSockets;
 
 use crate::ingress::Ingress;
+
+/// What our pings carry. Never empty: Bolt for Python's frame reader waits for more bytes after
+/// a two-byte frame, so an empty ping right behind an envelope held the envelope until the
+/// next frame came.
+const PING_PAYLOAD: &[u8] = b"slackgate";
 use crate::live::Live;
 use crate::shared::Shared;
 use crate::upstream::UpstreamClient;

@@ -171,7 +171,7 @@ impl BotSockets {
         let gauge = metrics.socket.connections.with_label_values(&[&app, "bot"]);
         gauge.inc();
         info!(app = %app, socket = conn.id, "a Socket Mode bot connected");
-        let mut ping = tokio::time::interval(PING_EVERY);
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
         let mut last_frame = Instant::now();
         loop {
             tokio::select! {
@@ -188,7 +188,7 @@ impl BotSockets {
                         warn!(app = %app, socket = conn.id, "a Socket Mode bot stopped answering pings; closing its socket");
                         break;
                     }
-                    let _ = conn.out.try_send(Message::Ping(Bytes::new()));
+                    let _ = conn.out.try_send(Message::Ping(Bytes::from_static(super::PING_PAYLOAD)));
                 }
             }
         }

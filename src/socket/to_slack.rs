@@ -202,7 +202,7 @@ impl Session {
         let gauge = self.links.shared.metrics.socket.connections.with_label_values(&[&self.app.name, "slack"]);
         let mut greeted = false;
         let mut in_flight = JoinSet::new();
-        let mut ping = tokio::time::interval(PING_EVERY);
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
         let mut last_frame = Instant::now();
         let ended = loop {
             tokio::select! {
@@ -240,7 +240,7 @@ impl Session {
                         self.links.metric_reconnect(&self.app, "ping_timeout");
                         break Ended::Dropped("no frame from Slack, not even a pong".into());
                     }
-                    let _ = out_tx.try_send(Message::Ping(Bytes::new()));
+                    let _ = out_tx.try_send(Message::Ping(Bytes::from_static(super::PING_PAYLOAD)));
                 }
                 _ = close.changed() => {
                     // The envelopes read on this socket are acked on it before it closes.

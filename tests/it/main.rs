@@ -27,6 +27,7 @@ mod overload;
 mod redis_locked;
 mod sentinel;
 mod sim;
+mod socket_bots;
 mod socket_mode;
 mod store_outage;
 mod turn_rules;

@@ -27,6 +27,17 @@ impl BoltProcess {
     /// Start `script` (`app`, `turns_app`, …; the extension is the framework's) with the app's
     /// signing secret, `PORT=0` and `env`; wait until it listens.
     pub async fn start(kind: Bolt, script: &str, env: &[(&str, String)]) -> BoltProcess {
+        Self::start_until(kind, script, env, "LISTENING ").await
+    }
+
+    /// Start a Socket Mode app (it listens on no port): wait until its socket is greeted
+    /// (`CONNECTED` on stdout).
+    pub async fn start_connected(kind: Bolt, script: &str, env: &[(&str, String)]) -> BoltProcess {
+        Self::start_until(kind, script, env, "CONNECTED").await
+    }
+
+    /// Start `script` and wait for a stdout line starting with `ready` (`LISTENING <port>`).
+    async fn start_until(kind: Bolt, script: &str, env: &[(&str, String)], ready: &str) -> BoltProcess {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         // Bolt for Python lives in the checkout's own venv (scripts/deps), never in the system's.
         let venv = root.join(".venv/bin/python3");
@@ -64,12 +75,13 @@ impl BoltProcess {
             if let Ok(Some(status)) = app.child.try_wait() {
                 panic!("{kind:?} Bolt app exited with {status}:\n{}", app.logs());
             }
-            let port = app.stdout().lines().find_map(|l| l.strip_prefix("LISTENING ")?.trim().parse().ok());
-            app.port = port.unwrap_or(0);
-            port.is_some()
+            let out = app.stdout();
+            let line = out.lines().find_map(|l| l.strip_prefix(ready));
+            app.port = line.and_then(|rest| rest.trim().parse().ok()).unwrap_or(0);
+            line.is_some()
         })
         .await;
-        assert!(listening, "{kind:?} Bolt app did not listen:\n{}", app.logs());
+        assert!(listening, "{kind:?} Bolt app never printed {ready:?}:\n{}", app.logs());
         app
     }
 

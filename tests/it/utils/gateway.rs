@@ -24,6 +24,8 @@ pub struct GatewayConfig {
     pub tail: String,
     /// The `[egress]` section's lines (its `listen` is port 0); empty: no egress.
     pub egress: String,
+    /// App `bot`'s `passthrough` list.
+    pub passthrough: String,
 }
 
 impl GatewayConfig {
@@ -38,6 +40,7 @@ impl GatewayConfig {
             app: String::new(),
             tail: String::new(),
             egress: String::new(),
+            passthrough: r#"["/slack/install"]"#.into(),
         }
     }
 
@@ -57,7 +60,7 @@ key_prefix = "{prefix}"
 name = "bot"
 signing_secret = "${{SG_TEST_SECRET}}"
 upstream = "{upstream}"
-passthrough = ["/slack/install"]
+passthrough = {passthrough}
 delivery = {delivery}
 {app}
 {egress}
@@ -70,6 +73,7 @@ delivery = {delivery}
             prefix = self.prefix,
             upstream = self.upstream,
             delivery = self.delivery,
+            passthrough = self.passthrough,
             app = self.app,
             egress = if self.egress.is_empty() {
                 String::new()
