@@ -278,12 +278,13 @@ impl Metrics {
             &self.delivered_lag_seconds,
             &self.egress.slack_seconds,
             &self.turns.duration_seconds,
+            &self.socket.ack_seconds,
         ];
         let descs = vecs.iter().flat_map(|h| h.desc()).chain(self.egress.pacing_seconds.desc());
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 38] {
+    fn collectors(&self) -> [&dyn Collector; 43] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -323,6 +324,11 @@ impl Metrics {
             &self.turns.duration_seconds,
             &self.turns.ended,
             &self.turns.superseded,
+            &self.socket.connections,
+            &self.socket.envelopes,
+            &self.socket.ack_seconds,
+            &self.socket.reconnects,
+            &self.socket.link_disabled,
         ]
     }
 

@@ -152,6 +152,15 @@ pub(crate) fn init_series(shared: &Shared, config: &Config) {
     let labels = fixed_labels();
     for app in &config.apps {
         shared.metrics.init_app(&app.name, &labels);
+        // Socket Mode's connections at zero from the start, so that "none open" is a series.
+        let socket = &shared.metrics.socket;
+        if app.socket_mode.as_ref().is_some_and(|s| s.connections > 0) {
+            socket.connections.with_label_values(&[&app.name, "slack"]);
+            socket.link_disabled.with_label_values(&[&app.name]);
+        }
+        if app.upstream.socket {
+            socket.connections.with_label_values(&[&app.name, "bot"]);
+        }
     }
 }
 
