@@ -335,6 +335,7 @@ fn server_and_redis_bounds() {
 mod apps;
 mod limits;
 mod secrets;
+mod socket;
 
 // ---------------------------------------------------------------- [redis]: topologies, auth, durability
 
