@@ -209,3 +209,43 @@ async fn a_dropped_socket_is_opened_again() {
     assert!(eventually(WAIT, || bot.count() == 1).await);
     assert!(rig.slack.opened() >= 2, "each socket is opened with apps.connections.open");
 }
+
+/// Not a test: `bench/socket.sh` runs it (release build) and prints envelopes/s through the
+/// socket against signed HTTP deliveries on the same box, 32 at a time each, a fast bot behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bench_envelopes_through_the_socket_against_http() {
+    let n: usize = std::env::var("BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
+    let bot = Receiver::start(SECRET).await;
+    let rig = Rig::start("sockbench", &bot.url(), 2).await;
+    rig.slack.set_redeliver_after(Duration::from_secs(60));
+    let started = Instant::now();
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        ids.push(rig.slack.send("events_api", event_payload(&format!("EvBenchS{i}")), false));
+        // 32 unacked at most, as Slack's own pace is bounded by the acks.
+        while ids.len() - rig.slack.acked_count() >= 32 {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert!(eventually(Duration::from_secs(120), || rig.slack.acked_count() >= n).await);
+    let socket = n as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let port = rig.gw.port;
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let permit = sem.clone().acquire_owned().await.unwrap();
+        let body = event(&format!("EvBenchH{i}"));
+        tasks.push(tokio::spawn(async move {
+            let status = send(port, Req::signed("/slack/events", body, SECRET)).await.0;
+            drop(permit);
+            status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let http = n as f64 / started.elapsed().as_secs_f64();
+    println!("socket mode: {n} envelopes acked at {socket:.0}/s; HTTP: {n} deliveries acked at {http:.0}/s; socket/HTTP {:.2}", socket / http);
+}
