@@ -86,7 +86,7 @@ pub async fn send_once(client: &UpstreamClient, shared: &Shared, app: &AppConfig
     if app.upstream.socket {
         let started = Instant::now();
         let body = (d.content_type, &d.body[..]);
-        let result = shared.bots.send(&app.name, d.id, d.number, body, app.delivery.timeout).await;
+        let result = shared.bots.send(metrics, &app.name, d.id, d.number, body, app.delivery.timeout).await;
         return judged(metrics, app, result, started.elapsed());
     }
     let out = Outgoing {

@@ -25,15 +25,7 @@ impl Validator<'_> {
             Err(_) if self.secrets_optional => Vec::new(),
             r => r?,
         };
-        let upstream_text = a.upstream.as_deref().ok_or_else(|| self.err(&key("upstream"), "is required"))?;
-        let upstream = match upstream_text {
-            "socket" => Upstream::socket(),
-            url => parse_upstream(url).map_err(|m| self.err(&key("upstream"), m))?,
-        };
-        let socket_mode = self.socket_mode(prefix, &a.socket_mode, &egress.slack_api_url.url)?;
-        if upstream.socket {
-            self.socket_upstream(prefix, a, socket_mode.is_some(), egress_on)?;
-        }
+        let (upstream, socket_mode) = self.upstream(prefix, a, egress)?;
         let path = |k: &str, v: &Option<String>| -> Result<String, ConfigError> {
             let p = v.clone().unwrap_or_else(|| "/slack/events".into());
             check_path(&p).map_err(|m| self.err(&key(k), m))?;
@@ -78,6 +70,25 @@ impl Validator<'_> {
             turns,
             socket_mode,
         })
+    }
+
+    /// The bot's URL (or `"socket"`), and Socket Mode toward Slack.
+    fn upstream(
+        &self,
+        prefix: &str,
+        a: &AppSection,
+        egress: &EgressConfig,
+    ) -> Result<(Upstream, Option<super::SocketModeConfig>), ConfigError> {
+        let key = format!("{prefix}upstream");
+        let upstream = match a.upstream.as_deref().ok_or_else(|| self.err(&key, "is required"))? {
+            "socket" => Upstream::socket(),
+            url => parse_upstream(url).map_err(|m| self.err(&key, m))?,
+        };
+        let socket_mode = self.socket_mode(prefix, &a.socket_mode, &egress.slack_api_url.url)?;
+        if upstream.socket {
+            self.socket_upstream(prefix, a, socket_mode.is_some(), egress.listen.is_some())?;
+        }
+        Ok((upstream, socket_mode))
     }
 
     /// `upstream = "socket"`: the bot connects in through the egress with its app token, and

@@ -9,7 +9,7 @@ pub struct SocketMetrics {
     /// Mode bot's to us).
     pub connections: IntGaugeVec,
     /// Envelopes by app, direction, type and outcome (Slack's: the ingress outcome, or
-    /// `not_acked`; the bot's: `acked`, `not_acked`).
+    /// `not_acked`; the bot's: `acked`, or `not_acked` when the attempt got no ack).
     pub envelopes: IntCounterVec,
     /// From an envelope's arrival to our ack (toward Slack).
     pub ack_seconds: HistogramVec,

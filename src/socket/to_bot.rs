@@ -44,8 +44,8 @@ pub struct BotSockets {
 struct BotConn {
     id: u64,
     out: mpsc::Sender<Message>,
-    /// Envelope id → who waits for its ack (with the ack's payload, if any).
-    waiting: Mutex<HashMap<String, oneshot::Sender<Option<String>>>>,
+    /// Envelope id → who waits for its ack (with the ack's payload, if any), and its type.
+    waiting: Mutex<HashMap<String, (oneshot::Sender<Option<String>>, &'static str)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -82,6 +82,7 @@ impl BotSockets {
     /// bot's ack within `timeout` as a 200 (its payload as the body).
     pub async fn send(
         &self,
+        metrics: &Metrics,
         app: &str,
         delivery_id: &str,
         attempt: u64,
@@ -97,7 +98,7 @@ impl BotSockets {
         };
         let id = format!("{delivery_id}.{attempt}");
         let (tx, rx) = oneshot::channel();
-        lock(&conn.waiting).insert(id.clone(), tx);
+        lock(&conn.waiting).insert(id.clone(), (tx, kind.as_label()));
         let retry = u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
         let text = envelope::envelope_text(&id, kind, &payload, envelope::accepts_response_payload(kind), retry);
         let answer = async {
@@ -106,6 +107,9 @@ impl BotSockets {
         };
         let result = tokio::time::timeout(timeout, answer).await;
         lock(&conn.waiting).remove(&id);
+        if !matches!(result, Ok(Ok(_))) {
+            metrics.socket.envelopes.with_label_values(&[app, "bot", kind.as_label(), "not_acked"]).inc();
+        }
         let payload = result.map_err(|_| SendError::Timeout)??;
         let (content_type, body) = match payload {
             Some(p) => (Some(envelope::JSON.to_string()), Bytes::from(p)),
@@ -206,11 +210,12 @@ impl BotSockets {
         let Some((id, payload)) = envelope::parse_ack(text) else {
             return debug!(app, "a Socket Mode bot sent a frame that is not an ack");
         };
-        let waiting = lock(&conn.waiting).remove(&id);
-        let outcome = if waiting.is_some() { "acked" } else { "late_ack" };
-        metrics.socket.envelopes.with_label_values(&[app, "bot", "any", outcome]).inc();
-        if let Some(w) = waiting {
-            let _ = w.send(payload);
+        match lock(&conn.waiting).remove(&id) {
+            Some((w, kind)) => {
+                metrics.socket.envelopes.with_label_values(&[app, "bot", kind, "acked"]).inc();
+                let _ = w.send(payload);
+            }
+            None => debug!(app, "a Socket Mode bot acked an envelope no attempt waits for (late, or unknown)"),
         }
     }
 }

@@ -58,15 +58,15 @@ pub async fn slot(links: Arc<Links>, app: Arc<AppConfig>, index: u16, mut stop: 
     // The socket being replaced, closed once its successor is greeted.
     let mut old: Option<watch::Sender<bool>> = None;
     while !*stop.borrow() {
-        let opened = tokio::select! {
-            o = open(&links, &app) => o,
+        let next = tokio::select! {
+            g = greeted(&links, &app, index) => g,
             _ = stop.changed() => break,
         };
-        let socket = match opened {
-            Ok(s) => s,
-            Err(e) => {
+        let Greeted { running, close, replace } = match next {
+            Ok(g) => g,
+            Err((reason, e)) => {
                 failures += 1;
-                links.metric_reconnect(&app, "open_failed");
+                links.metric_reconnect(&app, reason);
                 warn!(app = %app.name, socket = index, error = %e, "cannot open a Socket Mode connection; trying again");
                 if pause(backoff(failures), &mut stop).await {
                     break;
@@ -74,60 +74,82 @@ pub async fn slot(links: Arc<Links>, app: Arc<AppConfig>, index: u16, mut stop: 
                 continue;
             }
         };
-        let (close_tx, close_rx) = watch::channel(false);
-        let (hello_tx, hello_rx) = oneshot::channel();
-        let (replace_tx, replace_rx) = oneshot::channel();
-        let session =
-            Session { links: links.clone(), app: app.clone(), index, hello: Some(hello_tx), replace: Some(replace_tx) };
-        let mut running = tokio::spawn(session.run(socket, close_rx));
-        let greeted = tokio::time::timeout(HELLO_WAIT, hello_rx).await.is_ok_and(|r| r.is_ok());
-        if !greeted {
-            let _ = close_tx.send(true);
-            failures += 1;
-            links.metric_reconnect(&app, "no_hello");
-            warn!(app = %app.name, socket = index, "a Socket Mode connection was not greeted; trying another");
-            if pause(backoff(failures), &mut stop).await {
-                break;
-            }
-            continue;
-        }
         failures = 0;
         if let Some(old) = old.take() {
             let _ = old.send(true);
         }
-        tokio::select! {
-            // Slack asked this one to go: open its successor now, then close it.
-            Ok(()) = replace_rx => {
-                old = Some(close_tx);
-                continue;
-            }
-            ended = &mut running => {
-                let ended = ended.unwrap_or_else(|e| Ended::Dropped(format!("the socket's task failed: {e}")));
-                match ended {
-                    Ended::Disabled => {
-                        if pause(DISABLED_RETRY, &mut stop).await {
-                            break;
-                        }
-                    }
-                    Ended::Dropped(why) => {
-                        failures += 1;
-                        warn!(app = %app.name, socket = index, reason = %why, "Socket Mode connection lost; opening another");
-                        if pause(backoff(failures), &mut stop).await {
-                            break;
-                        }
-                    }
-                    Ended::Closed => {}
+        match served(running, replace, &close, &mut stop).await {
+            Served::Replace => old = Some(close),
+            Served::Stopped => break,
+            Served::Ended(Ended::Disabled) => {
+                if pause(DISABLED_RETRY, &mut stop).await {
+                    break;
                 }
             }
-            _ = stop.changed() => {
-                let _ = close_tx.send(true);
-                let _ = tokio::time::timeout(Duration::from_secs(5), running).await;
-                break;
+            Served::Ended(Ended::Dropped(why)) => {
+                failures += 1;
+                warn!(app = %app.name, socket = index, reason = %why, "Socket Mode connection lost; opening another");
+                if pause(backoff(failures), &mut stop).await {
+                    break;
+                }
             }
+            Served::Ended(Ended::Closed) => {}
         }
     }
     if let Some(old) = old {
         let _ = old.send(true);
+    }
+}
+
+/// A socket Slack greeted, running.
+struct Greeted {
+    running: tokio::task::JoinHandle<Ended>,
+    close: watch::Sender<bool>,
+    /// Fires when Slack asks this socket to go.
+    replace: oneshot::Receiver<()>,
+}
+
+/// Open a socket and wait for its `hello`; else why not (a metric label) and the error.
+async fn greeted(links: &Arc<Links>, app: &Arc<AppConfig>, index: u16) -> Result<Greeted, (&'static str, String)> {
+    let socket = open(links, app).await.map_err(|e| ("open_failed", e))?;
+    let (close, close_rx) = watch::channel(false);
+    let (hello_tx, hello_rx) = oneshot::channel();
+    let (replace_tx, replace) = oneshot::channel();
+    let session =
+        Session { links: links.clone(), app: app.clone(), index, hello: Some(hello_tx), replace: Some(replace_tx) };
+    let running = tokio::spawn(session.run(socket, close_rx));
+    if !tokio::time::timeout(HELLO_WAIT, hello_rx).await.is_ok_and(|r| r.is_ok()) {
+        let _ = close.send(true);
+        return Err(("no_hello", "the socket was not greeted within 10 s".into()));
+    }
+    Ok(Greeted { running, close, replace })
+}
+
+/// How a greeted socket's service ended.
+enum Served {
+    /// Slack asked it to go: its successor is opened now, then it is closed.
+    Replace,
+    Stopped,
+    Ended(Ended),
+}
+
+/// Wait for a greeted socket to end, to be asked to go, or for the stop.
+async fn served(
+    mut running: tokio::task::JoinHandle<Ended>,
+    replace: oneshot::Receiver<()>,
+    close: &watch::Sender<bool>,
+    stop: &mut watch::Receiver<bool>,
+) -> Served {
+    tokio::select! {
+        Ok(()) = replace => Served::Replace,
+        ended = &mut running => {
+            Served::Ended(ended.unwrap_or_else(|e| Ended::Dropped(format!("the socket's task failed: {e}"))))
+        }
+        _ = stop.changed() => {
+            let _ = close.send(true);
+            let _ = tokio::time::timeout(Duration::from_secs(5), running).await;
+            Served::Stopped
+        }
     }
 }
 
@@ -188,19 +210,8 @@ struct Session {
 
 impl Session {
     async fn run(mut self, socket: ws::Socket, mut close: watch::Receiver<bool>) -> Ended {
-        let (mut sink, mut stream) = socket.split();
-        let (out_tx, mut out_rx) = mpsc::channel::<Message>(256);
-        let writer = tokio::spawn(async move {
-            while let Some(m) = out_rx.recv().await {
-                let closing = matches!(m, Message::Close(_));
-                if sink.send(m).await.is_err() || closing {
-                    break;
-                }
-            }
-            let _ = sink.close().await;
-        });
-        let gauge = self.links.shared.metrics.socket.connections.with_label_values(&[&self.app.name, "slack"]);
-        let mut greeted = false;
+        let (sink, mut stream) = socket.split();
+        let (out, writer) = writer(sink);
         let mut in_flight = JoinSet::new();
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
         let mut last_frame = Instant::now();
@@ -208,30 +219,14 @@ impl Session {
             tokio::select! {
                 frame = stream.next() => {
                     last_frame = Instant::now();
-                    let text = match frame {
-                        Some(Ok(Message::Text(t))) => t,
-                        Some(Ok(Message::Close(_))) | None => break Ended::Dropped("closed by Slack".into()),
-                        Some(Ok(_)) => continue,
-                        Some(Err(e)) => break Ended::Dropped(e.to_string()),
+                    let ended = match frame {
+                        Some(Ok(Message::Text(t))) => self.on_text(&t, &mut in_flight, &out),
+                        Some(Ok(Message::Close(_))) | None => Some(Ended::Dropped("closed by Slack".into())),
+                        Some(Ok(_)) => None,
+                        Some(Err(e)) => Some(Ended::Dropped(e.to_string())),
                     };
-                    match envelope::parse(&text) {
-                        Ok(Incoming::Hello) => {
-                            if !greeted {
-                                greeted = true;
-                                gauge.inc();
-                                self.greeted();
-                            }
-                        }
-                        Ok(Incoming::Envelope(e)) => {
-                            in_flight.spawn(ack(self.links.clone(), self.app.clone(), e, out_tx.clone()));
-                        }
-                        Ok(Incoming::Disconnect(reason)) => {
-                            if let Some(ended) = self.disconnect(reason) {
-                                break ended;
-                            }
-                        }
-                        Ok(Incoming::Unknown(kind)) => debug!(app = %self.app.name, kind, "a Socket Mode message of a type not handled"),
-                        Err(e) => warn!(app = %self.app.name, error = %e, "a Socket Mode frame that is not an envelope; ignored"),
+                    if let Some(ended) = ended {
+                        break ended;
                     }
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
@@ -240,35 +235,52 @@ impl Session {
                         self.links.metric_reconnect(&self.app, "ping_timeout");
                         break Ended::Dropped("no frame from Slack, not even a pong".into());
                     }
-                    let _ = out_tx.try_send(Message::Ping(Bytes::from_static(super::PING_PAYLOAD)));
+                    let _ = out.try_send(Message::Ping(Bytes::from_static(super::PING_PAYLOAD)));
                 }
                 _ = close.changed() => {
                     // The envelopes read on this socket are acked on it before it closes.
                     let drain = async { while in_flight.join_next().await.is_some() {} };
                     let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
-                    let _ = out_tx.send(Message::Close(None)).await;
+                    let _ = out.send(Message::Close(None)).await;
                     break Ended::Closed;
                 }
             }
         };
-        if greeted {
-            gauge.dec();
+        if self.hello.is_none() {
+            self.links.shared.metrics.socket.connections.with_label_values(&[&self.app.name, "slack"]).dec();
         }
-        drop(out_tx);
+        drop(out);
         let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         ended
     }
 
+    /// One text frame; `Some` when the socket ends with it.
+    fn on_text(&mut self, text: &str, in_flight: &mut JoinSet<()>, out: &mpsc::Sender<Message>) -> Option<Ended> {
+        match envelope::parse(text) {
+            Ok(Incoming::Hello) => self.greeted(),
+            Ok(Incoming::Envelope(e)) => {
+                in_flight.spawn(ack(self.links.clone(), self.app.clone(), e, out.clone()));
+            }
+            Ok(Incoming::Disconnect(reason)) => return self.disconnect(reason),
+            Ok(Incoming::Unknown(kind)) => {
+                debug!(app = %self.app.name, kind, "a Socket Mode message of a type not handled")
+            }
+            Err(e) => warn!(app = %self.app.name, error = %e, "a Socket Mode frame that is not an envelope; ignored"),
+        }
+        None
+    }
+
+    /// The first `hello` (the socket counts as open from now on); later ones change nothing.
     fn greeted(&mut self) {
+        let Some(hello) = self.hello.take() else { return };
+        let _ = hello.send(());
         let m = &self.links.shared.metrics.socket;
+        m.connections.with_label_values(&[&self.app.name, "slack"]).inc();
         if m.link_disabled.with_label_values(&[&self.app.name]).get() != 0 {
             info!(app = %self.app.name, "Socket Mode enabled again");
         }
         m.link_disabled.with_label_values(&[&self.app.name]).set(0);
         info!(app = %self.app.name, socket = self.index, "Socket Mode connection open");
-        if let Some(h) = self.hello.take() {
-            let _ = h.send(());
-        }
     }
 
     /// Slack's `disconnect`: `Some` when the socket ends now.
@@ -289,6 +301,23 @@ impl Session {
             }
         }
     }
+}
+
+/// The socket's writer: frames from every task of the socket, in order, until a close.
+fn writer(
+    mut sink: futures_util::stream::SplitSink<ws::Socket, Message>,
+) -> (mpsc::Sender<Message>, tokio::task::JoinHandle<()>) {
+    let (out, mut frames) = mpsc::channel::<Message>(256);
+    let task = tokio::spawn(async move {
+        while let Some(m) = frames.recv().await {
+            let closing = matches!(m, Message::Close(_));
+            if sink.send(m).await.is_err() || closing {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    (out, task)
 }
 
 /// Record one envelope and ack it if it was recorded.
