@@ -44,9 +44,12 @@ pub struct BotSockets {
 struct BotConn {
     id: u64,
     out: mpsc::Sender<Message>,
-    /// Envelope id → who waits for its ack (with the ack's payload, if any), and its type.
-    waiting: Mutex<HashMap<String, (oneshot::Sender<Option<String>>, &'static str)>>,
+    /// Envelope id → who waits for its ack, and the envelope's type.
+    waiting: Mutex<HashMap<String, (AckWaiter, &'static str)>>,
 }
+
+/// Gets the ack's payload (JSON text), if it has one.
+type AckWaiter = oneshot::Sender<Option<String>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
