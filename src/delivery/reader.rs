@@ -20,6 +20,8 @@ use crate::slack::{Conversation, Kind};
 const READ_BLOCK: Duration = Duration::from_secs(1);
 /// At most this many entries per read.
 const BATCH: usize = 64;
+/// With `upstream = "socket"` and no bot connected here, look again this often.
+const NO_BOT_POLL: Duration = Duration::from_millis(100);
 /// While yielding to acks with every allowed attempt running, look again this often.
 const YIELD_POLL: Duration = Duration::from_millis(10);
 
@@ -39,6 +41,14 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
     let mut after: Option<String> = None;
     let _running = s.shared.drain.enter(Work::Reader);
     while !*stop.borrow() && !s.shared.drain.draining() {
+        // A Socket Mode bot's deliveries are taken only by a process its socket is on (the
+        // others' attempts could only fail).
+        if s.app.upstream.socket && s.shared.bots.connected(&s.app.name) == 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(NO_BOT_POLL) => continue,
+                _ = stop.changed() => break,
+            }
+        }
         let Some(mut permits) = take_permits(&s, &mut stop).await else { break };
         if last_reclaim.elapsed() >= reclaim_every {
             last_reclaim = tokio::time::Instant::now();

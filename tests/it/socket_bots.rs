@@ -16,6 +16,7 @@ const WAIT: Duration = Duration::from_secs(20);
 struct Rig {
     slack: FakeSlack,
     gw: Gateway,
+    cfg: GatewayConfig,
     _redis: RedisServer,
 }
 
@@ -30,7 +31,7 @@ impl Rig {
         cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
         cfg.delivery = r#"{ timeout = "10s", retry_initial = "100ms", retry_max = "400ms", lease = "20s" }"#.into();
         let gw = Gateway::start_with_env(&cfg, &[("SG_XAPP", XAPP)]).await;
-        Rig { slack, gw, _redis: redis }
+        Rig { slack, gw, cfg, _redis: redis }
     }
 
     fn api_url(&self) -> String {
@@ -149,4 +150,27 @@ async fn a_socket_without_a_valid_unused_ticket_is_refused() {
     let other = rig.open("xapp-someone-else").await;
     assert!(!other["url"].as_str().unwrap_or("").contains("ticket="), "{other}");
     assert_eq!(rig.slack.calls_of("apps.connections.open").len(), 1);
+}
+
+/// Two gateway processes, the bot connected through one: the other takes none of its
+/// deliveries (its attempts could only fail), and every event sent to it arrives at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_process_holding_the_bots_socket_takes_its_deliveries() {
+    let rig = Rig::start("sockbottwo").await;
+    let other = Gateway::start_with_env(&rig.cfg, &[("SG_XAPP", XAPP)]).await;
+    let bot = rig.bot(Bolt::Python, &[("ANSWER", "0".into())]).await;
+    for i in 0..20 {
+        let id = format!("EvTwo{i:02}");
+        let body = payloads::app_mention(&id, &event_ts(&id), "<@UBOT> hi");
+        assert_eq!(send(other.port, Req::signed("/slack/events", body, SECRET)).await.0, 200);
+    }
+    let all = eventually(WAIT, || bot.handled_lines("app_mention").len() >= 20).await;
+    assert!(all, "delivered {}:\n{}", bot.handled_lines("app_mention").len(), other.log());
+    assert!(outbox_idle(rig.gw.admin_port, WAIT).await);
+    let failed =
+        metric(other.admin_port, "slackgate_upstream_responses_total{app=\"bot\",status_class=\"error\"}").await;
+    assert_eq!(failed, 0.0, "the process without the bot's socket tried its deliveries");
+    let retried = metric(rig.gw.admin_port, "slackgate_deliveries_total{app=\"bot\",outcome=\"retried\"}").await;
+    assert_eq!(retried, 0.0);
+    assert_eq!(bot.handled_lines("app_mention").len(), 20, "{}", bot.stdout());
 }
