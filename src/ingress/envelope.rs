@@ -48,24 +48,12 @@ impl Ingress {
             audit.retry_num = n.to_string();
             audit.retry_reason = reason.as_label();
         }
-        let answer = match slack::classify(e.content_type.as_bytes(), &e.body) {
-            Ok(Request::Delivery(delivery)) => {
-                let v = Verified {
-                    delivery,
-                    content_type: e.content_type.as_bytes().to_vec(),
-                    body: e.body,
-                    path: e.path.into(),
-                };
-                self.record(app, v, &mut audit, deadline).await
-            }
-            Ok(_) => {
-                audit.reason = "not a delivery (a handshake over the socket)".into();
-                super::answer::Answer::empty(200, RequestKind::Unknown, Outcome::Ignored)
-            }
-            Err(err) => {
-                audit.reason = format!("envelope {}: {err}", e.envelope_id);
-                super::answer::Answer::refuse(400, Outcome::BadRequest, "unparseable payload\n")
-            }
+        let answer = if e.body.len() > self.config.server.max_body {
+            // As over HTTP: larger than any payload Slack sends, never recorded.
+            audit.reason = format!("envelope {}: {} bytes, over server.max_body", e.envelope_id, e.body.len());
+            super::answer::Answer::refuse(413, Outcome::TooLarge, "payload too large\n")
+        } else {
+            self.classified(app, e, &mut audit, deadline).await
         };
         self.account_parts(&app.name, started, &audit, (answer.status, answer.kind, answer.outcome));
         let ack = !matches!(answer.outcome, Outcome::StoreUnavailable | Outcome::Shed);
@@ -75,6 +63,35 @@ impl Ingress {
             content_type: answer.content_type.into_owned(),
             body: if inline { answer.body } else { Bytes::new() },
             outcome: answer.outcome.as_label(),
+        }
+    }
+
+    /// Classified from the body Slack would have POSTed, then recorded.
+    async fn classified(
+        &self,
+        app: &Arc<AppConfig>,
+        e: EnvelopeRequest<'_>,
+        audit: &mut Audit,
+        deadline: tokio::time::Instant,
+    ) -> super::answer::Answer {
+        match slack::classify(e.content_type.as_bytes(), &e.body) {
+            Ok(Request::Delivery(delivery)) => {
+                let v = Verified {
+                    delivery,
+                    content_type: e.content_type.as_bytes().to_vec(),
+                    body: e.body,
+                    path: e.path.into(),
+                };
+                self.record(app, v, audit, deadline).await
+            }
+            Ok(_) => {
+                audit.reason = "not a delivery (a handshake over the socket)".into();
+                super::answer::Answer::empty(200, RequestKind::Unknown, Outcome::Ignored)
+            }
+            Err(err) => {
+                audit.reason = format!("envelope {}: {err}", e.envelope_id);
+                super::answer::Answer::refuse(400, Outcome::BadRequest, "unparseable payload\n")
+            }
         }
     }
 }

@@ -249,3 +249,30 @@ async fn bench_envelopes_through_the_socket_against_http() {
     let http = n as f64 / started.elapsed().as_secs_f64();
     println!("socket mode: {n} envelopes acked at {socket:.0}/s; HTTP: {n} deliveries acked at {http:.0}/s; socket/HTTP {:.2}", socket / http);
 }
+
+/// Bad input over the socket changes nothing: frames that are not envelopes are ignored, an
+/// envelope that cannot be read or is over `server.max_body` is acked (a redelivery would be the
+/// same) and never delivered, and the socket goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_over_the_socket_change_nothing() {
+    let bot = Receiver::start(SECRET).await;
+    let rig = Rig::start("sockbad", &bot.url(), 1).await;
+    for raw in ["", "not json", "[]", "{\"type\":7}", r#"{"type":"events_api","payload":{}}"#, "\u{1}\u{2}"] {
+        assert!(rig.slack.send_raw(raw).is_some());
+    }
+    let not_an_object = rig.slack.send("slash_commands", serde_json::json!([1, 2]), true);
+    let mut big = event_payload("EvTooBig");
+    big["event"]["text"] = "x".repeat(1 << 21).into();
+    let too_big = rig.slack.send("events_api", big, false);
+    for id in [&not_an_object, &too_big] {
+        assert!(rig.slack.wait_ack(id, WAIT).await.is_some(), "{id} not acked:\n{}", rig.gw.log());
+    }
+    let good = rig.slack.send("events_api", event_payload("EvAfterBad"), false);
+    assert!(rig.slack.wait_ack(&good, WAIT).await.is_some());
+    assert!(eventually(WAIT, || bot.count() >= 1).await);
+    assert!(outbox_idle(rig.gw.admin_port, WAIT).await);
+    assert_eq!(bot.count(), 1, "only the good event is delivered");
+    assert!(bot.received()[0].body.windows(10).any(|w| w == b"EvAfterBad"));
+    assert_eq!(rig.slack.total_connections(), 1, "the socket went on");
+    assert!(rig.gw.log().contains("over server.max_body"), "{}", rig.gw.log());
+}
