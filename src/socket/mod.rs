@@ -14,6 +14,7 @@ pub mod to_bot;
 pub mod to_slack;
 mod ws;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +47,66 @@ pub struct SlackSockets {
 
 impl SlackSockets {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, ingress: Arc<Ingress>) -> Self {
-        SlackSockets { live, links: Arc::new(to_slack::Links { ingress, shared, client: UpstreamClient::new() }) }
+        let links = to_slack::Links { live: live.clone(), ingress, shared, client: UpstreamClient::new() };
+        SlackSockets { live, links: Arc::new(links) }
+    }
+}
+
+/// What an app's sockets to Slack were opened with: a reload that changes none of it keeps
+/// them (the envelopes they bring are recorded with the app as reloaded).
+#[derive(PartialEq)]
+struct Opened {
+    token: Vec<u8>,
+    connections: u16,
+    api_url: String,
+}
+
+/// One app's running sockets.
+struct AppSockets {
+    opened: Opened,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl SlackSockets {
+    /// Stop the sockets of apps gone or changed, open those of apps new or changed.
+    async fn follow(&self, config: &crate::config::Config, running: &mut HashMap<String, AppSockets>) {
+        let wanted: HashMap<&str, (&Arc<crate::config::AppConfig>, Opened)> = config
+            .apps
+            .iter()
+            .filter_map(|a| a.socket_mode.as_ref().filter(|s| s.connections > 0).map(|s| (a, s)))
+            .map(|(a, s)| {
+                let opened = Opened {
+                    token: s.app_token.expose().to_vec(),
+                    connections: s.connections,
+                    api_url: s.api_url.url.clone(),
+                };
+                (a.name.as_str(), (a, opened))
+            })
+            .collect();
+        let stale: Vec<String> = running
+            .iter()
+            .filter(|(name, r)| wanted.get(name.as_str()).is_none_or(|(_, o)| *o != r.opened))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in stale {
+            if let Some(mut r) = running.remove(&name) {
+                let _ = r.stop.send(true);
+                while r.tasks.join_next().await.is_some() {}
+            }
+        }
+        for (name, (app, opened)) in wanted {
+            if running.contains_key(name) {
+                continue;
+            }
+            info!(app = %name, connections = opened.connections, "opening Socket Mode connections to Slack");
+            let (stop, stop_rx) = watch::channel(false);
+            let mut tasks = JoinSet::new();
+            for i in 0..opened.connections {
+                tasks.spawn(to_slack::slot(self.links.clone(), app.clone(), i, stop_rx.clone()));
+            }
+            running.insert(name.to_string(), AppSockets { opened, stop, tasks });
+        }
     }
 }
 
@@ -54,26 +114,21 @@ impl SlackSockets {
 impl BackgroundService for SlackSockets {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut generations = self.live.subscribe();
+        let mut running = HashMap::new();
         loop {
             let config = self.live.get().config.clone();
-            let (stop_tx, stop_rx) = watch::channel(false);
-            let mut tasks = JoinSet::new();
-            for app in config.apps.iter().filter(|a| a.socket_mode.as_ref().is_some_and(|s| s.connections > 0)) {
-                let n = app.socket_mode.as_ref().map_or(0, |s| s.connections);
-                info!(app = %app.name, connections = n, "opening Socket Mode connections to Slack");
-                for i in 0..n {
-                    tasks.spawn(to_slack::slot(self.links.clone(), app.clone(), i, stop_rx.clone()));
-                }
-            }
+            self.follow(&config, &mut running).await;
             let reloaded = tokio::select! {
                 _ = shutdown.changed() => false,
                 changed = generations.changed() => changed.is_ok(),
             };
-            let _ = stop_tx.send(true);
-            while tasks.join_next().await.is_some() {}
             if !reloaded {
                 break;
             }
+        }
+        for (_, mut r) in running {
+            let _ = r.stop.send(true);
+            while r.tasks.join_next().await.is_some() {}
         }
     }
 }

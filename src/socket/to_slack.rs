@@ -38,6 +38,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// What every socket of a process shares.
 pub struct Links {
+    pub live: Arc<crate::live::Live>,
     pub ingress: Arc<Ingress>,
     pub shared: Arc<Shared>,
     pub client: UpstreamClient,
@@ -194,6 +195,13 @@ async fn open(links: &Links, app: &AppConfig) -> Result<ws::Socket, String> {
 }
 
 impl Links {
+    /// The app as the last reload left it (its filters, paths and secrets), else as the socket
+    /// was opened with it.
+    fn current(&self, app: Arc<AppConfig>) -> Arc<AppConfig> {
+        let config = self.live.get().config.clone();
+        config.apps.iter().find(|a| a.name == app.name).cloned().unwrap_or(app)
+    }
+
     fn metric_reconnect(&self, app: &AppConfig, reason: &str) {
         self.shared.metrics.socket.reconnects.with_label_values(&[&app.name, reason]).inc();
     }
@@ -323,6 +331,7 @@ fn writer(
 /// Record one envelope and ack it if it was recorded.
 async fn ack(links: Arc<Links>, app: Arc<AppConfig>, e: Envelope, out: mpsc::Sender<Message>) {
     let arrived = Instant::now();
+    let app = links.current(app);
     let m = &links.shared.metrics.socket;
     let kind = e.kind.as_label();
     let http = match envelope::to_http(&e) {

@@ -28,7 +28,7 @@ struct Rig {
     slack: FakeSocket,
     gw: Gateway,
     redis: RedisServer,
-    _cfg: GatewayConfig,
+    cfg: GatewayConfig,
 }
 
 impl Rig {
@@ -43,7 +43,7 @@ impl Rig {
         );
         let gw = Gateway::start_with_env(&cfg, &[("SG_XAPP", XAPP)]).await;
         assert!(slack.wait_open(usize::from(connections), WAIT).await, "the gateway's sockets:\n{}", gw.log());
-        Rig { slack, gw, redis, _cfg: cfg }
+        Rig { slack, gw, redis, cfg }
     }
 }
 
@@ -275,4 +275,26 @@ async fn bad_frames_over_the_socket_change_nothing() {
     assert!(bot.received()[0].body.windows(10).any(|w| w == b"EvAfterBad"));
     assert_eq!(rig.slack.total_connections(), 1, "the socket went on");
     assert!(rig.gw.log().contains("over server.max_body"), "{}", rig.gw.log());
+}
+
+/// A reload that leaves an app's Socket Mode as it was keeps its sockets (and the envelopes
+/// follow the reloaded filters); one that changes `connections` opens the new count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_sockets_it_does_not_change() {
+    let bot = Receiver::start(SECRET).await;
+    let mut rig = Rig::start("sockreload", &bot.url(), 1).await;
+    let reloads = |gw: &Gateway| gw.log().matches("config reloaded").count();
+    rig.cfg.app = format!("{}\nignore = {{ channels_deny = [\"C1\"] }}", rig.cfg.app);
+    rig.gw.rewrite(&rig.cfg);
+    rig.gw.reload();
+    assert!(eventually(WAIT, || reloads(&rig.gw) == 1).await, "{}", rig.gw.log());
+    let id = rig.slack.send("events_api", event_payload("EvDenied"), false);
+    assert!(rig.slack.wait_ack(&id, WAIT).await.is_some());
+    assert_eq!(rig.slack.total_connections(), 1, "the reload reopened the socket");
+    assert_eq!(metric(rig.gw.admin_port, "slackgate_ignored_total{app=\"bot\",reason=\"channel_denied\"}").await, 1.0);
+    rig.cfg.app = rig.cfg.app.replace("connections = 1", "connections = 2");
+    rig.gw.rewrite(&rig.cfg);
+    rig.gw.reload();
+    assert!(rig.slack.wait_open(2, WAIT).await, "the new count was not opened:\n{}", rig.gw.log());
+    assert_eq!(bot.count(), 0);
 }
