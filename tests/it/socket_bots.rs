@@ -22,11 +22,16 @@ struct Rig {
 
 impl Rig {
     async fn start(name: &str) -> Rig {
+        Self::start_with(name, "").await
+    }
+
+    /// With extra `[server]` lines.
+    async fn start_with(name: &str, server: &str) -> Rig {
         let redis = RedisServer::start();
         let slack = FakeSlack::start().await;
         let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), "socket");
         cfg.passthrough = "[]".into();
-        cfg.server = "socket_listen = \"127.0.0.1:0\"".into();
+        cfg.server = format!("socket_listen = \"127.0.0.1:0\"\n{server}");
         cfg.app = "socket_mode = { app_token = \"${SG_XAPP}\", connections = 0 }".into();
         cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
         cfg.delivery = r#"{ timeout = "10s", retry_initial = "100ms", retry_max = "400ms", lease = "20s" }"#.into();
@@ -173,4 +178,20 @@ async fn only_the_process_holding_the_bots_socket_takes_its_deliveries() {
     let retried = metric(rig.gw.admin_port, "slackgate_deliveries_total{app=\"bot\",outcome=\"retried\"}").await;
     assert_eq!(retried, 0.0);
     assert_eq!(bot.handled_lines("app_mention").len(), 20, "{}", bot.stdout());
+}
+
+/// The socket listener keeps the connection guard's upgrade deadline: a connection that never
+/// sends its upgrade is closed at `header_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_upgrades_is_closed_at_the_header_deadline() {
+    use tokio::io::AsyncReadExt;
+    let rig = Rig::start_with("sockbotdeadline", "header_timeout = \"1s\"").await;
+    let url = rig.open(XAPP).await["url"].as_str().unwrap().to_string();
+    let port = url::Url::parse(&url).unwrap().port().unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(15), tcp.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "still open after 15 s: {read:?}");
+    // The ticket was not used up by the silent connection: the bot's socket opens with it.
+    assert!(connect(&url).await.is_ok());
 }
