@@ -23,12 +23,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use http::{Method, Response, StatusCode};
+use http::{Response, StatusCode};
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 
-use crate::config::Secret;
 use crate::egress::EgressStore;
 use crate::live::Live;
 use crate::ops::{Ops, OpsError};
@@ -36,6 +35,9 @@ use crate::outbox::Endpoint;
 use crate::outbox::{LazyStore, Store};
 use crate::shared::Shared;
 use crate::store::Lazy;
+use guard::{access, admit, host_allowed, refusal_message, Refusal};
+
+mod guard;
 
 pub struct Admin {
     live: Arc<Live>,
@@ -48,15 +50,6 @@ pub struct Admin {
 
 type Reply = Response<Vec<u8>>;
 
-/// Why the admin API refused a request before acting on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refusal {
-    Host,
-    Token,
-    Method,
-    Browser,
-}
-
 /// Everything an admin request can fail with, each with its status.
 #[derive(Debug, thiserror::Error)]
 enum AdminError {
@@ -68,15 +61,6 @@ enum AdminError {
     Ops(#[from] OpsError),
     #[error("{0}")]
     Unavailable(String),
-}
-
-fn refusal_message(r: Refusal) -> &'static str {
-    match r {
-        Refusal::Host => "Host not allowed (see [server] admin_hosts)",
-        Refusal::Token => "Authorization required",
-        Refusal::Method => "state-changing routes are POST-only",
-        Refusal::Browser => "refused: a request carrying Origin",
-    }
 }
 
 impl AdminError {
@@ -97,75 +81,6 @@ impl AdminError {
     fn reply(&self) -> Reply {
         text(self.status(), &self.to_string())
     }
-}
-
-/// What a route does: read or change state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
-    Read,
-    Write,
-}
-
-/// The access a path needs, or `None` for an unknown path.
-fn access(path: &str) -> Option<Access> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match parts.as_slice() {
-        ["dlq", _, "replay" | "purge"] | ["dlq", _, _, "replay" | "purge"] => Some(Access::Write),
-        ["stats"] | ["egress"] | ["superseded"] | ["dlq"] | ["dlq", _, _] => Some(Access::Read),
-        _ => None,
-    }
-}
-
-/// Whether a `Host` header value may reach the admin API: an IP literal (what probes and
-/// scrapers by address send, and what no rebinding attack can produce), `localhost`, or a
-/// configured name, each with any port — or a configured `name:port` exactly.
-fn host_allowed(host: Option<&str>, names: &[String]) -> bool {
-    let Some(host) = host.map(str::to_ascii_lowercase) else { return false };
-    if names.contains(&host) {
-        return true;
-    }
-    let name = match host.strip_prefix('[') {
-        Some(rest) => match rest.split_once(']') {
-            Some((v6, "")) => return v6.parse::<std::net::Ipv6Addr>().is_ok(),
-            Some((v6, port)) => return v6.parse::<std::net::Ipv6Addr>().is_ok() && port_ok(port),
-            None => return false,
-        },
-        None => match host.rsplit_once(':') {
-            Some((name, port)) if port_ok(&format!(":{port}")) => name,
-            Some(_) => return false,
-            None => host.as_str(),
-        },
-    };
-    name.parse::<std::net::Ipv4Addr>().is_ok() || name == "localhost" || names.iter().any(|n| n == name)
-}
-
-fn port_ok(port: &str) -> bool {
-    port.strip_prefix(':').is_some_and(|p| p.parse::<u16>().is_ok())
-}
-
-/// The checks every API request passes before it is served.
-fn admit(method: &Method, access: Access, headers: &http::HeaderMap, token: Option<&Secret>) -> Result<(), Refusal> {
-    let authorization = headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-    if let Some(token) = token {
-        let given = authorization.and_then(|h| h.strip_prefix(b"Bearer ")).unwrap_or_default();
-        if Secret::new(&String::from_utf8_lossy(given)) != *token {
-            return Err(Refusal::Token);
-        }
-    }
-    if access == Access::Write {
-        if method != Method::POST {
-            return Err(Refusal::Method);
-        }
-        if authorization.is_none() {
-            return Err(Refusal::Token);
-        }
-        if headers.contains_key(http::header::ORIGIN) {
-            return Err(Refusal::Browser);
-        }
-    } else if method != Method::GET && method != Method::HEAD {
-        return Err(Refusal::Method);
-    }
-    Ok(())
 }
 
 impl Admin {
@@ -376,49 +291,5 @@ impl Admin {
         let access = access(&path).ok_or(AdminError::NotFound)?;
         admit(&method, access, &head.headers, config.server.admin_token.as_ref()).map_err(AdminError::Refused)?;
         self.api(&path, &query).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_that_no_rebinding_can_forge() {
-        let names = vec!["slackgate".to_string(), "gw.internal:9443".to_string()];
-        for ok in
-            ["127.0.0.1:9090", "10.2.3.4", "[::1]:9090", "[fe80::1]", "localhost:9090", "LOCALHOST", "slackgate:9090"]
-        {
-            assert!(host_allowed(Some(ok), &names), "{ok}");
-        }
-        assert!(host_allowed(Some("gw.internal:9443"), &names));
-        for bad in ["evil.example", "evil.example:9090", "gw.internal:9090", "127.0.0.1.nip.io", "[::1", "", "a:b:c"] {
-            assert!(!host_allowed(Some(bad), &names), "{bad}");
-        }
-        assert!(!host_allowed(None, &names));
-    }
-
-    #[test]
-    fn writes_are_post_with_authorization_and_no_origin() {
-        let mut h = http::HeaderMap::new();
-        assert_eq!(admit(&Method::GET, Access::Read, &h, None), Ok(()));
-        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Err(Refusal::Token));
-        h.insert("authorization", "Bearer anything".parse().unwrap());
-        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Ok(()));
-        assert_eq!(admit(&Method::GET, Access::Write, &h, None), Err(Refusal::Method));
-        assert_eq!(admit(&Method::DELETE, Access::Write, &h, None), Err(Refusal::Method));
-        assert_eq!(admit(&Method::POST, Access::Read, &h, None), Err(Refusal::Method));
-        h.insert("origin", "https://evil.example".parse().unwrap());
-        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Err(Refusal::Browser));
-        h.remove("origin");
-        let token = Secret::new("the-right-token-123");
-        assert_eq!(admit(&Method::POST, Access::Write, &h, Some(&token)), Err(Refusal::Token));
-        assert_eq!(admit(&Method::GET, Access::Read, &h, Some(&token)), Err(Refusal::Token));
-        h.insert("authorization", "Bearer the-right-token-123".parse().unwrap());
-        assert_eq!(admit(&Method::POST, Access::Write, &h, Some(&token)), Ok(()));
-        assert_eq!(access("/dlq/bot/0-ab/purge"), Some(Access::Write));
-        assert_eq!(access("/dlq/bot/replay"), Some(Access::Write));
-        assert_eq!(access("/dlq/bot/0-ab"), Some(Access::Read));
-        assert_eq!(access("/nope"), None);
     }
 }
