@@ -72,15 +72,16 @@ async fn slow_and_idle_connections_are_dropped_on_time_while_events_are_acked() 
     }
     // Trickle: one more header byte (never the blank line) every 200 ms, while real events flow.
     let mut acked = 0;
+    // The slow clients' pace: time passing is what this test feeds the header deadline.
+    let mut trickle = pace(Duration::from_millis(100));
     for i in 0..8 {
+        trickle.tick().await;
         for c in slow_headers.iter_mut() {
             let _ = c.write_all(b"X").await;
         }
         let req = Req::signed("/slack/events", event(&format!("EvFlow{i}")), SECRET);
         assert_eq!(send(gw.port, req).await.0, 200, "a signed event is acked while slow clients hang on");
         acked += 1;
-        // The slow clients' pace: time passing is what this test feeds the header deadline.
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(acked, 8);
     // By now (≈1 s in) nothing is past a deadline: the slow clients are still connected.

@@ -247,17 +247,18 @@ async fn ordinary_inline_forwards_write_no_error_line() {
     let (_redis, bot, gw, _) = setup("noerr", "").await;
     bot.set_default(Reply::status(200).body("text/plain", "ok"));
     let mut tasks = Vec::new();
+    // Load shaping: bursts of four, so inline attempts overlap in varied ways.
+    let mut bursts = pace(Duration::from_millis(20));
     for i in 0..40 {
+        if i % 4 == 0 {
+            bursts.tick().await;
+        }
         let port = gw.port;
         tasks.push(tokio::spawn(async move {
             send(port, Req::signed("/slack/events", command(&format!("9.9.{i}"), "https://hooks.slack.com/x"), SECRET))
                 .await
                 .0
         }));
-        if i % 4 == 0 {
-            // Load shaping, not a wait: bursts of four, so inline attempts overlap in varied ways.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
     }
     for t in tasks {
         assert_eq!(t.await.unwrap(), 200);

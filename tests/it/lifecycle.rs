@@ -33,16 +33,8 @@ async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
     let port = old.port;
     // The successor takes the listening sockets over by their address: name the ports.
     old.pin_ports(&cfg);
-    let traffic = tokio::spawn(async move {
-        let mut answers = Vec::new();
-        for i in 0..150 {
-            let req = Req::signed("/slack/events", event(&format!("EvUp{i:03}")), SECRET);
-            answers.push(try_send(port, req).await.map(|(status, _)| status));
-            // Slack's pace, not a wait: the traffic spans the whole hand-over.
-            tokio::time::sleep(Duration::from_millis(15)).await;
-        }
-        answers
-    });
+    // Slack's pace, for as long as the hand-over takes (and 150 events at least).
+    let traffic = Traffic::start(port, "EvUp", Duration::from_millis(15), 150);
     let accepted = r#"slackgate_requests_total{app="bot",kind="event",outcome="accepted"}"#;
     assert!(metric_reaches(old.admin_port, accepted, 10.0, Duration::from_secs(5)).await, "traffic flows");
     let sock = old.data_dir().join("upgrade.sock");
@@ -61,12 +53,13 @@ async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
     );
     signal(old.pid(), "QUIT");
     assert!(old.wait_exit(Duration::from_secs(10)).await, "the old process hands over and exits");
-    let answers = traffic.await.unwrap();
+    let answers = traffic.stop().await;
     let failed: Vec<_> = answers.iter().enumerate().filter(|(_, a)| *a != &Ok(200)).collect();
     assert!(failed.is_empty(), "every request answered 200 across the hand-over: {failed:?}\n{}", old.log());
     assert!(matches!(new.try_wait(), Ok(None)), "the new process serves on");
     assert_eq!(send(port, Req::signed("/slack/events", event("EvUpAfter"), SECRET)).await.0, 200);
-    assert!(eventually(Duration::from_secs(10), || bot.count() == 151).await, "all delivered: {}", bot.count());
+    let all = answers.len() + 1;
+    assert!(eventually(Duration::from_secs(10), || bot.count() == all).await, "delivered {} of {all}", bot.count());
     let _ = new.kill();
     let _ = new.wait();
 }
@@ -82,33 +75,26 @@ async fn reload_adds_an_app_without_dropping_a_request_and_refuses_a_bad_file() 
     assert_eq!(send(gw.port, second()).await.0, 404, "not configured yet");
 
     let port = gw.port;
-    let traffic = tokio::spawn(async move {
-        let mut answers = Vec::new();
-        for i in 0..60 {
-            let req = Req::signed("/slack/events", event(&format!("EvReload{i:02}")), SECRET);
-            answers.push(try_send(port, req).await.map(|(status, _)| status));
-            // Slack's pace, not a wait: the traffic spans the reload.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        answers
-    });
+    // Slack's pace, until the new app is served (and 60 events at least).
+    let traffic = Traffic::start(port, "EvReload", Duration::from_millis(10), 60);
     cfg.tail = format!(
         "[[app]]\nname = \"second\"\nsigning_secret = \"${{SG_OTHER_SECRET}}\"\nupstream = \"{}\"\nevents_path = \"/second/events\"\ncommands_path = \"/second/events\"\ninteractivity_path = \"/second/events\"\n",
         other.url()
     );
     gw.rewrite(&cfg);
     gw.reload();
-    let answers = traffic.await.unwrap();
-    assert!(answers.iter().all(|a| a == &Ok(200)), "no request dropped across the reload: {answers:?}");
     let mut status = 0;
-    until(Duration::from_secs(3), async || {
+    until(Duration::from_secs(10), async || {
         status = send(gw.port, second()).await.0;
         status == 200
     })
     .await;
     assert_eq!(status, 200, "the new app is served\n{}", gw.log());
+    let answers = traffic.stop().await;
+    assert!(answers.iter().all(|a| a == &Ok(200)), "no request dropped across the reload: {answers:?}");
     assert!(eventually(Duration::from_secs(5), || other.count() == 1).await, "and its workers deliver");
-    assert!(eventually(Duration::from_secs(5), || bot.count() == 60).await);
+    let all = answers.len();
+    assert!(eventually(Duration::from_secs(10), || bot.count() == all).await, "delivered {} of {all}", bot.count());
 
     // A bad file is refused with its error; the running config stays.
     std::fs::write(&gw.config_path, "[server]\nbogus = 1\n").unwrap();

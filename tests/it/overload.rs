@@ -76,8 +76,14 @@ async fn a_shed_request_leaves_its_connection_open_for_the_next_one() {
         tokio::spawn(async move { send(port, Req::signed("/slack/events", event("EvKaWait"), SECRET)).await.0 });
     assert!(metric_reaches(gw.admin_port, "slackgate_admission_waiting", 1.0, Duration::from_secs(5)).await);
     // Past 100 ms the queue stands and the store is seen stalled: no room for a second waiter.
-    // Time itself is the condition (`admission::STANDING`); no metric shows a standing queue.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The condition is the queue's age (`admission::STANDING`) with the waiter still in it.
+    let queued = tokio::time::Instant::now();
+    let standing = until(Duration::from_secs(2), async || {
+        queued.elapsed() > Duration::from_millis(150)
+            && metric(gw.admin_port, "slackgate_admission_waiting").await >= 1.0
+    })
+    .await;
+    assert!(standing, "the waiter left the queue before it stood\n{}", gw.log());
     let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
     let mut answers = String::new();
     for id in ["EvKa1", "EvKa2"] {

@@ -18,14 +18,15 @@ async fn the_gateway_follows_a_sentinel_failover_and_loses_no_replicated_ack() {
     let n = crate::cluster::failover_events() * 2 / 3;
     let ids: Vec<String> = (0..n).map(|i| format!("EvSn{i:05}")).collect();
     let mut sends = Vec::new();
+    // Slack's pace: the primary dies while events keep coming.
+    let mut slack = pace(Duration::from_millis(50));
     for (i, id) in ids.iter().enumerate() {
+        slack.tick().await;
         if i == n * 3 / 8 {
             set.kill(first);
         }
         let (port, id) = (gw.port, id.clone());
         sends.push(tokio::spawn(async move { deliver(&[port], &id, Duration::from_secs(60)).await }));
-        // Slack's pace, not a wait: the primary dies while events keep coming.
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for s in sends {
         assert!(s.await.unwrap(), "every event is acked in the end");

@@ -28,9 +28,9 @@ async fn queue_delivers_a_thread_one_turn_at_a_time(kind: Bolt, ack: Ack) {
     let (a, b) = (rig.top(1, "how do I deploy?"), rig.reply(1, 2, "also, for staging"));
     rig.send(0, &a).await;
     rig.wait("start", &a, Duration::from_secs(10)).await;
-    // Slack's pace, not a wait for the gateway: the follow-up comes 300 ms later.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The follow-up comes while the first turn runs: it waits for it.
     rig.send(0, &b).await;
+    rig.held_reaches(1).await;
     rig.wait("answered", &b, Duration::from_secs(20)).await;
     assert_eq!(rig.bot.seen(), one_at_a_time(&[&a, &b]), "one turn at a time\n{}", rig.logs());
     assert_eq!(rig.posts_in("C1", Some(&a.ts)), [a.answer(), b.answer()], "in order, in the thread\n{}", rig.logs());
@@ -46,8 +46,9 @@ async fn latest_delivers_only_the_newest_waiting(kind: Bolt, ack: Ack) {
     rig.send(0, &a).await;
     rig.wait("start", &a, Duration::from_secs(10)).await;
     rig.send(0, &b).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    rig.held_reaches(1).await;
     rig.send(0, &c).await;
+    rig.held_reaches(2).await;
     rig.wait("answered", &c, Duration::from_secs(20)).await;
     assert_eq!(rig.bot.seen(), one_at_a_time(&[&a, &c]), "the bot ran twice: first and newest\n{}", rig.logs());
     // Both turns are over: nothing more is coming for this thread.
@@ -76,8 +77,8 @@ async fn withhold_answers_only_the_newest(kind: Bolt, ack: Ack) {
     let (a, b) = (rig.top(1, "which region?"), rig.reply(1, 2, "the one in Europe"));
     rig.send(0, &a).await;
     let started = rig.wait("start", &a, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     rig.send(0, &b).await;
+    rig.held_reaches(1).await;
     let next = rig.wait("start", &b, Duration::from_secs(20)).await;
     rig.wait("answered", &b, Duration::from_secs(20)).await;
     // B waits for A's turn, which its withheld write ends: B's delivery and the bot's
@@ -126,8 +127,8 @@ async fn a_dm_is_one_conversation(kind: Bolt, ack: Ack) {
     let (a, b) = (rig.dm(1, "hi"), rig.dm(2, "are you there?"));
     rig.send(0, &a).await;
     rig.wait("start", &a, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     rig.send(0, &b).await;
+    rig.held_reaches(1).await;
     rig.wait("answered", &b, Duration::from_secs(20)).await;
     assert_eq!(rig.bot.seen(), one_at_a_time(&[&a, &b]), "one turn at a time\n{}", rig.logs());
     assert_eq!(rig.posts_in("D1", None), [a.answer(), b.answer()], "said in the channel\n{}", rig.logs());
@@ -144,8 +145,8 @@ async fn an_unanswered_message_passes_after_pass_after(kind: Bolt, ack: Ack) {
     let (a, b) = (rig.top(1, "ignore this, just a note"), rig.reply(1, 2, "now a question"));
     rig.send(0, &a).await;
     let started = rig.wait("start", &a, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     rig.send(0, &b).await;
+    rig.held_reaches(1).await;
     let next = rig.wait("start", &b, Duration::from_secs(20)).await;
     let held = next - started;
     // pass_after is 3 s, the timeout 8 s.
@@ -169,8 +170,8 @@ async fn a_stalled_turn_ends_at_the_timeout(kind: Bolt, ack: Ack) {
     rig.send(0, &a).await;
     let started = rig.wait("start", &a, Duration::from_secs(10)).await;
     rig.wait("stalling", &a, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     rig.send(0, &b).await;
+    rig.held_reaches(1).await;
     let next = rig.wait("start", &b, Duration::from_secs(25)).await;
     let held = next - started;
     assert!(held >= Duration::from_secs(7), "held {held:?}, less than the 8 s timeout\n{}", rig.logs());
@@ -222,10 +223,10 @@ async fn order_holds_across_two_gateways(kind: Bolt, ack: Ack) {
     let (a, b, c) = (rig.top(1, "one"), rig.reply(1, 2, "two"), rig.reply(1, 3, "three"));
     rig.send(0, &a).await;
     rig.wait("start", &a, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     rig.send(1, &b).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    rig.held_reaches(1).await;
     rig.send(0, &c).await;
+    rig.held_reaches(2).await;
     rig.wait("answered", &c, Duration::from_secs(30)).await;
     assert_eq!(rig.bot.seen(), one_at_a_time(&[&a, &b, &c]), "one turn at a time\n{}", rig.logs());
     assert_eq!(rig.posts_in("C1", Some(&a.ts)), [a.answer(), b.answer(), c.answer()], "{}", rig.logs());

@@ -213,6 +213,19 @@ impl Rig {
     }
 
     /// Wait until `n` turns ended `how`.
+    /// Wait until `n` deliveries of the app wait for their conversation's turn (the store's
+    /// count, whichever gateway holds them).
+    pub(super) async fn held_reaches(&self, n: u64) {
+        let admin = self.gws[0].admin_port;
+        let mut got = serde_json::Value::Null;
+        let reached = until(Duration::from_secs(10), async || {
+            got = outbox_stats(admin, None).await[0]["held"].clone();
+            got.as_u64().is_some_and(|h| h >= n)
+        })
+        .await;
+        assert!(reached, "held: {got}, expected {n}\n{}", self.logs());
+    }
+
     pub(super) async fn ended_reaches(&self, how: &str, n: f64) {
         let mut got = 0.0;
         let reached = until(Duration::from_secs(20), async || {

@@ -16,6 +16,7 @@ mod redis_sentinel;
 mod redis_server;
 mod relay;
 mod tls;
+mod traffic;
 mod wait;
 
 pub use bolt_process::{Bolt, BoltProcess};
@@ -31,6 +32,7 @@ pub use redis_sentinel::RedisSentinel;
 pub use redis_server::RedisServer;
 pub use relay::Relay;
 pub use tls::TestCa;
+pub use traffic::{pace, Traffic};
 pub use wait::*;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
