@@ -26,6 +26,14 @@ impl Upstream {
         Upstream { url: "socket".into(), tls: false, host: String::new(), port: 0, path: None, socket: true }
     }
 
+    /// The URL of `tail` under this base (`https://slack.com/api/` + `chat.postMessage`).
+    pub fn join(&self, tail: &str) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        let path = self.path.as_deref().unwrap_or("/");
+        let sep = if path.ends_with('/') { "" } else { "/" };
+        format!("{scheme}://{}{path}{sep}{tail}", self.authority())
+    }
+
     /// `host[:port]` for the Host header (port omitted when it is the scheme's default).
     pub fn authority(&self) -> String {
         let default = if self.tls { 443 } else { 80 };

@@ -344,11 +344,11 @@ impl HttpServerApp for Egress {
                 respond(&mut session, &reply).await;
                 return None;
             }
-            Ok(call) if call.method == socket_open::METHOD && self.socket_bot(&call).is_some() => {
-                self.open_socket(&call, &mut session).await
-            }
-            Ok(call) if self.cfg().is_write(&call.method) => self.write(call, &mut session).await,
-            Ok(call) => self.read(&call, &mut session).await,
+            Ok(call) => match self.socket_bot(&call) {
+                Some(app) => self.open_socket(&app, &mut session).await,
+                None if self.cfg().is_write(&call.method) => self.write(call, &mut session).await,
+                None => self.read(&call, &mut session).await,
+            },
         };
         if !delivered {
             return None;

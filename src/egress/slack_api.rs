@@ -47,9 +47,7 @@ impl SlackApi {
 
     fn url(&self, path_and_query: &str) -> String {
         // The bot's path is `/api/<method>?…`; the base ends in `/`.
-        let tail = path_and_query.strip_prefix("/api/").unwrap_or(path_and_query);
-        let scheme = if self.base.tls { "https" } else { "http" };
-        format!("{scheme}://{}{}{tail}", self.base.authority(), self.base.path.as_deref().unwrap_or("/"))
+        self.base.join(path_and_query.strip_prefix("/api/").unwrap_or(path_and_query))
     }
 
     /// The bot's call as it sent it: its method, target, end-to-end headers and body; the

@@ -14,8 +14,12 @@ use crate::config::AppConfig;
 pub const METHOD: &str = "apps.connections.open";
 
 impl Egress {
-    /// The app whose Socket Mode bot presents this call's token.
+    /// For a Socket Mode bot's `apps.connections.open`: the app whose bot presents the call's
+    /// token (`None` for every other call, without a look at the apps).
     pub(super) fn socket_bot(&self, call: &Call) -> Option<Arc<AppConfig>> {
+        if call.method != METHOD {
+            return None;
+        }
         let token = call.token.as_ref()?;
         let config = self.live.get().config.clone();
         config
@@ -26,8 +30,7 @@ impl Egress {
     }
 
     /// `{"ok": true, "url": "ws://<socket_listen>/socket?ticket=…"}`.
-    pub(super) async fn open_socket(&self, call: &Call, session: &mut ServerSession) -> bool {
-        let Some(app) = self.socket_bot(call) else { return false };
+    pub(super) async fn open_socket(&self, app: &AppConfig, session: &mut ServerSession) -> bool {
         let reply = match self.shared.bots.issue(&app.name, &self.config.server.socket_listen) {
             Some(url) => {
                 info!(target: "slackgate::audit", app = %app.name, method = METHOD, outcome = "socket_opened", "egress read");

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::Message;
@@ -154,16 +154,8 @@ impl BotSockets {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let (mut sink, mut stream) = socket.split();
-        let (out, mut out_rx) = mpsc::channel::<Message>(256);
-        let writer = tokio::spawn(async move {
-            while let Some(m) = out_rx.recv().await {
-                if sink.send(m).await.is_err() {
-                    break;
-                }
-            }
-            let _ = sink.close().await;
-        });
+        let (sink, mut stream) = socket.split();
+        let (out, writer) = super::ws::writer(sink);
         let conn = Arc::new(BotConn { id: self.ids.fetch_add(1, Ordering::Relaxed), out, waiting: Default::default() });
         let hello = serde_json::json!({
             "type": "hello",

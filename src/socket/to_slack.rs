@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use http_body_util::Full;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -171,11 +171,7 @@ fn backoff(failures: u32) -> Duration {
 /// `apps.connections.open` with the app token, then the socket it names.
 async fn open(links: &Links, app: &AppConfig) -> Result<ws::Socket, String> {
     let s = app.socket_mode.as_ref().ok_or("no socket_mode")?;
-    let base = &s.api_url;
-    let scheme = if base.tls { "https" } else { "http" };
-    let path = base.path.as_deref().unwrap_or("/");
-    let sep = if path.ends_with('/') { "" } else { "/" };
-    let uri = format!("{scheme}://{}{path}{sep}apps.connections.open", base.authority());
+    let uri = s.api_url.join("apps.connections.open");
     let mut bearer = b"Bearer ".to_vec();
     bearer.extend_from_slice(s.app_token.expose());
     let request = http::Request::post(uri)
@@ -219,7 +215,7 @@ struct Session {
 impl Session {
     async fn run(mut self, socket: ws::Socket, mut close: watch::Receiver<bool>) -> Ended {
         let (sink, mut stream) = socket.split();
-        let (out, writer) = writer(sink);
+        let (out, writer) = ws::writer(sink);
         let mut in_flight = JoinSet::new();
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
         let mut last_frame = Instant::now();
@@ -309,23 +305,6 @@ impl Session {
             }
         }
     }
-}
-
-/// The socket's writer: frames from every task of the socket, in order, until a close.
-fn writer(
-    mut sink: futures_util::stream::SplitSink<ws::Socket, Message>,
-) -> (mpsc::Sender<Message>, tokio::task::JoinHandle<()>) {
-    let (out, mut frames) = mpsc::channel::<Message>(256);
-    let task = tokio::spawn(async move {
-        while let Some(m) = frames.recv().await {
-            let closing = matches!(m, Message::Close(_));
-            if sink.send(m).await.is_err() || closing {
-                break;
-            }
-        }
-        let _ = sink.close().await;
-    });
-    (out, task)
 }
 
 /// Record one envelope and ack it if it was recorded.

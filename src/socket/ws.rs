@@ -4,9 +4,12 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use futures_util::{Sink, SinkExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 /// Any byte stream a socket runs over.
@@ -68,4 +71,23 @@ async fn connect_now(text: &str) -> Result<Socket, String> {
         .await
         .map_err(|e| format!("WebSocket handshake: {e}"))?;
     Ok(socket)
+}
+
+/// A socket's writer: the frames every task of the socket sends, in order, until a close (or
+/// the socket fails); then the sink is closed.
+pub fn writer<S>(mut sink: S) -> (mpsc::Sender<Message>, tokio::task::JoinHandle<()>)
+where
+    S: Sink<Message> + Unpin + Send + 'static,
+{
+    let (out, mut frames) = mpsc::channel::<Message>(256);
+    let task = tokio::spawn(async move {
+        while let Some(m) = frames.recv().await {
+            let closing = matches!(m, Message::Close(_));
+            if sink.send(m).await.is_err() || closing {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    (out, task)
 }
