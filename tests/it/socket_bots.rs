@@ -91,6 +91,8 @@ async fn a_socket_mode_bot_gets_deliveries_and_replies_through_the_egress(kind: 
     let delivered = metric(rig.gw.admin_port, "slackgate_deliveries_total{app=\"bot\",outcome=\"delivered\"}").await;
     assert_eq!(delivered, 1.0);
     assert!(rig.slack.calls_of("apps.connections.open").is_empty(), "the bot's open went to Slack");
+    let log = rig.gw.log();
+    assert!(!log.contains(XAPP) && !log.contains("ticket="), "a secret in the log:\n{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

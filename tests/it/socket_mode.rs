@@ -72,6 +72,9 @@ async fn an_event_over_the_socket_reaches_the_http_bot_once(kind: Bolt) {
     assert_eq!(acked, 1.0);
     let open = metric(rig.gw.admin_port, "slackgate_socket_connections{app=\"bot\",direction=\"slack\"}").await;
     assert_eq!(open, 2.0);
+    // The app token and the socket's ticket are secrets: never in the log.
+    let log = rig.gw.log();
+    assert!(!log.contains(XAPP) && !log.contains("ticket="), "a secret in the log:\n{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
