@@ -368,8 +368,11 @@ impl Config {
         pingora::server::configuration::ServerConf {
             threads: self.server.threads,
             upgrade_sock: upgrade_sock.display().to_string(),
-            grace_period_seconds: Some(0),
-            // Draining happens before Pingora hears of the signal (see `drain`).
+            // Between the moment the listeners stop accepting and the moment the runtimes are
+            // shut down (which drops every task): the requests already accepted get their
+            // answer. SIGTERM's draining happens before Pingora hears of the signal (see
+            // `drain`); a hand-over (SIGQUIT) has only this.
+            grace_period_seconds: Some(1),
             graceful_shutdown_timeout_seconds: Some(1),
             ..Default::default()
         }

@@ -128,9 +128,12 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
         None
     }
 
-    async fn cleanup(&self) {
-        self.inner.cleanup().await;
-    }
+    /// Not passed on. Pingora's HTTP app aborts, when its listener stops, every connection
+    /// still waiting for a request, and that includes one accepted a moment before whose
+    /// request has not been read yet: its client gets a closed connection, unanswered. Here a
+    /// connection accepted before the stop is served within the grace period (a request on a
+    /// kept-alive one too, told to close); idle ones end at `idle_timeout` or with the runtime.
+    async fn cleanup(&self) {}
 }
 
 /// Where a connection is in its request cycle, as seen from its bytes.

@@ -33,8 +33,11 @@ async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
     let port = old.port;
     // The successor takes the listening sockets over by their address: name the ports.
     old.pin_ports(&cfg);
-    // Slack's pace, for as long as the hand-over takes (and 150 events at least).
-    let traffic = Traffic::start(port, "EvUp", Duration::from_millis(15), 150);
+    // Four senders, one event every 5 ms each, for as long as the hand-over takes (and 150
+    // events each at least): dense enough that requests are in flight, or just accepted and not
+    // yet read, at the moment the old process stops accepting.
+    let traffic: Vec<_> =
+        (0..4).map(|s| Traffic::start(port, &format!("EvUp{s}-"), Duration::from_millis(5), 150)).collect();
     let accepted = r#"slackgate_requests_total{app="bot",kind="event",outcome="accepted"}"#;
     assert!(metric_reaches(old.admin_port, accepted, 10.0, Duration::from_secs(5)).await, "traffic flows");
     let sock = old.data_dir().join("upgrade.sock");
@@ -53,7 +56,10 @@ async fn an_upgrade_takes_over_the_port_without_refusing_a_connection() {
     );
     signal(old.pid(), "QUIT");
     assert!(old.wait_exit(Duration::from_secs(10)).await, "the old process hands over and exits");
-    let answers = traffic.stop().await;
+    let mut answers = Vec::new();
+    for t in traffic {
+        answers.extend(t.stop().await);
+    }
     let failed: Vec<_> = answers.iter().enumerate().filter(|(_, a)| *a != &Ok(200)).collect();
     assert!(failed.is_empty(), "every request answered 200 across the hand-over: {failed:?}\n{}", old.log());
     assert!(matches!(new.try_wait(), Ok(None)), "the new process serves on");
