@@ -80,6 +80,28 @@ impl Attempted {
     }
 }
 
+impl Attempted {
+    /// The attempt, for the delivery history: `(app, delivery, by)`, `by` the consumer that
+    /// made it.
+    pub fn remember(&self, shared: &Shared, (app, delivery, by): (&str, &str, &str), number: u64, outcome: Outcome, next_retry_ms: u64) {
+        if !shared.history.is_on() {
+            return;
+        }
+        let attempt = crate::history::Attempt {
+            number,
+            outcome: outcome.as_label(),
+            status: self.status().unwrap_or(0),
+            error: self.result.as_ref().err().map(SendError::as_label).unwrap_or_default(),
+            latency_ms: self.took.as_secs_f64() * 1000.0,
+            next_retry_ms,
+            by: by.to_string(),
+        };
+        let what = crate::history::What::Attempt(attempt);
+        let at_ms = crate::clock::now_ms();
+        shared.history.note(crate::history::Note { app: app.into(), delivery: delivery.into(), at_ms, what });
+    }
+}
+
 /// Send `d` to `app`'s bot once, re-signed now, within `delivery.timeout`; judge and count it.
 pub async fn send_once(client: &UpstreamClient, shared: &Shared, app: &AppConfig, d: Delivery<'_>) -> Attempted {
     let metrics = &shared.metrics;

@@ -33,6 +33,8 @@
 //! - [`shared`]: what one process's services share — [`metrics`], [`drain`] (graceful stop and
 //!   in-flight counts), [`pressure`] (how pressed the ack path is: the ingress publishes it, the
 //!   workers yield to it), whether the workers run.
+//! - [`history`]: each delivery's life for the operator's pages, written off the ack path by
+//!   one writer task per process.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, stats and the dead-letter API; [`ops`]:
 //!   operator actions for the CLI and the admin API.
 //! - [`clock`]: wall time from tokio's clock (pausable in tests); [`secret`]: secret values.
@@ -49,6 +51,7 @@ pub mod delivery;
 pub mod drain;
 pub mod egress;
 pub mod embedded;
+pub mod history;
 pub mod ingress;
 pub mod live;
 pub mod metrics;

@@ -54,6 +54,11 @@ pub struct Metrics {
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
     pub connections_closed: IntCounterVec,
     pub overload: Overload,
+    /// Notes for the delivery history dropped because its writer was behind.
+    pub history_dropped: IntCounter,
+    /// Batches of the delivery history that Redis did not take (dropped; the outbox is the
+    /// record, the history only a view of it).
+    pub history_errors: IntCounter,
 }
 
 /// The label values of every series with a fixed label set, for [`Metrics::init_app`]. The
@@ -256,6 +261,8 @@ impl Metrics {
             egress: Egress::new(&r, &slow),
             turns: Turns::new(&r, &slow),
             socket: crate::socket::SocketMetrics::new(&r, &fast),
+            history_dropped: int_counter(&r, "history_dropped_total", "Delivery history notes dropped (writer behind)"),
+            history_errors: int_counter(&r, "history_errors_total", "Delivery history batches Redis did not take"),
             registry: r,
         }
     }
@@ -403,6 +410,10 @@ impl Metrics {
 
 pub(crate) fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     register_int_counter_vec_with_registry!(name, help, labels, r).expect("unique metric")
+}
+
+pub(crate) fn int_counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    prometheus::register_int_counter_with_registry!(name, help, r).expect("unique metric")
 }
 
 pub(crate) fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {

@@ -95,6 +95,15 @@ impl Ops {
         Ops { config, store, egress }
     }
 
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The connection the outbox uses, for the delivery history's reads.
+    pub fn conn(&self) -> crate::store::Conn {
+        self.store.conn()
+    }
+
     /// The named app, or the only one.
     pub fn app(&self, name: Option<&str>) -> Result<&Arc<AppConfig>, OpsError> {
         match name {

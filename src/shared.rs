@@ -10,7 +10,6 @@ use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::pressure::Pressure;
 
-#[derive(Default)]
 pub struct Shared {
     pub metrics: Metrics,
     pub drain: Arc<Drain>,
@@ -23,7 +22,25 @@ pub struct Shared {
     /// The Socket Mode bots connected to this process (`upstream = "socket"`), and the
     /// tickets the egress gave them.
     pub bots: Arc<crate::socket::BotSockets>,
+    /// Notes for the delivery history, queued for its writer (off the ack path).
+    pub history: crate::history::History,
     workers_running: AtomicBool,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        let metrics = Metrics::default();
+        let history = crate::history::History::new(metrics.history_dropped.clone());
+        Shared {
+            metrics,
+            drain: Arc::default(),
+            pressure: Arc::default(),
+            sharded_since: tokio::sync::OnceCell::new(),
+            bots: Arc::default(),
+            history,
+            workers_running: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Shared {

@@ -109,6 +109,10 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
     server.add_service(service);
     let delivery = DeliveryService::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("delivery", delivery));
+    // On from the first request when the config keeps a history; the writer follows reloads.
+    shared.history.set_on(config.ui.keeps_history());
+    let history = crate::history::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
+    server.add_service(background_service("history", history));
     // The other listeners get the Slack listener's deadlines: a half-sent request or an idle
     // socket on them holds memory and file descriptors just the same.
     if let Some(addr) = &config.server.admin_listen {

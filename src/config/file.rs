@@ -13,6 +13,8 @@ pub struct FileConfig {
     pub redis: RedisSection,
     #[serde(default)]
     pub egress: EgressSection,
+    #[serde(default)]
+    pub ui: UiSection,
     #[serde(default, rename = "app")]
     pub apps: Vec<AppSection>,
     /// Files of one app each (`apps.d/*.toml`), relative to this file.
@@ -65,6 +67,15 @@ pub struct RedisSection {
     pub durability: Option<String>,
     pub wait_replicas: Option<u32>,
     pub wait_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UiSection {
+    pub history: Option<String>,
+    pub history_max: Option<usize>,
+    pub show_text: Option<bool>,
+    pub session: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -13,11 +13,13 @@ mod redis;
 mod server;
 mod socket;
 mod turns;
+mod ui;
 mod values;
 
 pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
 pub use egress::{EgressConfig, DEFAULT_WRITE_METHODS};
+pub use ui::UiConfig;
 pub use server::SLACK_HOOKS_HOST;
 pub use socket::warnings as socket_warnings;
 pub use socket::{SocketModeConfig, SLACK_MAX_CONNECTIONS};
@@ -58,6 +60,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub redis: RedisConfig,
     pub egress: EgressConfig,
+    pub ui: UiConfig,
     pub apps: Vec<Arc<AppConfig>>,
 }
 
@@ -343,6 +346,7 @@ impl Config {
         let server = v.server(&raw, ov)?;
         let redis = v.redis(&raw, ov, server.ack_budget)?;
         let egress = v.egress(&raw, ov.egress_listen.as_deref())?;
+        let ui = v.ui(&raw)?;
         let mut apps = Vec::new();
         for (i, a) in raw.apps.iter().enumerate() {
             apps.push(Arc::new(v.app(&format!("app[{i}]."), a, &egress)?));
@@ -356,7 +360,7 @@ impl Config {
         if apps.is_empty() {
             return Err(v.err("app", "at least one [[app]] section (or an included app file) is required"));
         }
-        let config = Config { source: path.to_path_buf(), server, redis, egress, apps };
+        let config = Config { source: path.to_path_buf(), server, redis, egress, ui, apps };
         config.check_socket_listen(&v)?;
         config.check_routes()?;
         Ok(config)

@@ -63,13 +63,13 @@ impl Shard {
 
     /// Count and audit a turn that ended (and the deliveries it superseded).
     fn turn_ended(&self, ended: &TurnEnded) {
-        turn_ended(&self.shared.metrics, &self.app.name, ended);
+        turn_ended(&self.shared, &self.app.name, ended);
     }
 }
 
 /// Count and audit a turn of `app` that ended: the delivery workers' and the egress's alike.
-pub fn turn_ended(metrics: &crate::metrics::Metrics, app: &str, ended: &TurnEnded) {
-    let m = &metrics.turns;
+pub fn turn_ended(shared: &Shared, app: &str, ended: &TurnEnded) {
+    let m = &shared.metrics.turns;
     m.ended.with_label_values(&[app, ended.how.as_label()]).inc();
     m.duration_seconds.with_label_values(&[app]).observe(ended.lasted.as_secs_f64());
     m.superseded.with_label_values(&[app]).inc_by(ended.superseded.len() as u64);
@@ -84,6 +84,9 @@ pub fn turn_ended(metrics: &crate::metrics::Metrics, app: &str, ended: &TurnEnde
     }
     for d in &ended.superseded {
         info!(target: "slackgate::audit", app, delivery = %d, by = next, "turn superseded");
+        let what = crate::history::What::Superseded { by: next.to_string() };
+        let note = crate::history::Note { app: app.into(), delivery: d.to_string(), at_ms: crate::clock::now_ms(), what };
+        shared.history.note(note);
     }
 }
 

@@ -276,6 +276,9 @@ async fn usable(s: &Shard, lease: &Lease, loaded: Loaded) -> Option<Box<Stored>>
         }
         Loaded::Held => {
             info!(target: "slackgate::audit", app = %s.app.name, delivery = %lease.delivery, "turn held");
+            let what = crate::history::What::Held;
+            let note = crate::history::Note { app: s.app.name.clone(), delivery: lease.delivery.clone(), at_ms: now_ms(), what };
+            s.shared.history.note(note);
             None
         }
         Loaded::LeaseLost => {
@@ -317,6 +320,7 @@ async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempte
             }
             s.shared.metrics.deliveries.with_label_values(&[app, outcome.as_label()]).inc();
             attempted.audit("attempt", number, outcome, next_retry_ms);
+            attempted.remember(&s.shared, (app, &lease.delivery, &s.consumer), number, outcome, next_retry_ms);
             if let (Verdict::Delivered, Ok(resp)) = (&attempted.verdict, &attempted.result) {
                 let lag = now.saturating_sub(stored.received_ms) as f64 / 1000.0;
                 s.shared.metrics.delivered_lag_seconds.with_label_values(&[app]).observe(lag);

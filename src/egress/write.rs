@@ -173,22 +173,56 @@ impl Egress {
     /// Everything between the dedupe and Slack: attribution, re-runs, pacing, the call.
     pub(super) async fn send(&self, w: &Write) -> Reply {
         let Some(to) = self.attribute(w).await else { return self.forward_write(w).await };
-        if let Some(withheld) = self.withhold(&to, w).await {
+        let started = std::time::Instant::now();
+        let reply = self.send_attributed(&to, w).await;
+        if let Some(source) = &to.source {
+            self.remember_write(source, w, &reply, started.elapsed());
+        }
+        reply
+    }
+
+    /// A write whose target is known: withheld, superseded, replayed, or paced and sent.
+    async fn send_attributed(&self, to: &super::attribution::Target<'_>, w: &Write) -> Reply {
+        if let Some(withheld) = self.withhold(to, w).await {
             return withheld;
         }
-        if let Some(superseded) = self.turn(&to, w).await {
+        if let Some(superseded) = self.turn(to, w).await {
             return superseded;
         }
-        let rerun = match self.rerun(&to, w).await {
+        let rerun = match self.rerun(to, w).await {
             Ok(k) => k,
             Err(replayed) => return replayed,
         };
-        let reply = self.paced(&to, w).await;
+        let reply = self.paced(to, w).await;
         if succeeded(&reply.answer) {
-            self.remember(&to, w, &reply.answer).await;
-            self.record_rerun(&to, w, rerun, &reply.answer).await;
+            self.remember(to, w, &reply.answer).await;
+            self.record_rerun(to, w, rerun, &reply.answer).await;
         }
         reply
+    }
+
+    /// The write, for its delivery's history (with the posted message's `ts`).
+    fn remember_write(&self, source: &super::store::Attributed, w: &Write, reply: &Reply, took: std::time::Duration) {
+        if !self.shared.history.is_on() {
+            return;
+        }
+        let answer = serde_json::from_slice::<serde_json::Value>(&reply.answer.body).ok();
+        let ts = answer.as_ref().and_then(|v| v["ts"].as_str()).unwrap_or_default().to_string();
+        let write = crate::history::Write {
+            method: w.call.method.clone(),
+            channel: w.call.fields.channel.clone().unwrap_or_default(),
+            outcome: reply.outcome.as_label(),
+            key: if w.call.idempotency_key.is_some() { "idempotency_key" } else { "digest" },
+            ts,
+            took_ms: took.as_millis() as u64,
+        };
+        let note = crate::history::Note {
+            app: source.app.clone(),
+            delivery: source.delivery.clone(),
+            at_ms: now_ms(),
+            what: crate::history::What::Wrote(write),
+        };
+        self.shared.history.note(note);
     }
 
     /// A write without the token or the fields to dedupe or attribute it: sent as it is; an

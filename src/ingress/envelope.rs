@@ -55,7 +55,7 @@ impl Ingress {
         } else {
             self.classified(app, e, &mut audit, deadline).await
         };
-        self.account_parts(&app.name, started, &audit, (answer.status, answer.kind, answer.outcome));
+        self.account_parts(&app.name, started, &mut audit, (answer.status, answer.kind, answer.outcome));
         let ack = !matches!(answer.outcome, Outcome::StoreUnavailable | Outcome::Shed);
         let inline = answer.outcome == Outcome::Answered && (200..300).contains(&answer.status);
         EnvelopeAnswer {

@@ -102,6 +102,7 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
         return;
     }
     attempted.audit("inline attempt", 1, outcome, 0);
+    attempted.remember(&job.shared, (&job.app.name, &job.id, "inline"), 1, outcome, 0);
     let pass = match attempted.verdict {
         Verdict::Delivered | Verdict::Final { .. } => attempted.result.as_ref().ok().cloned(),
         Verdict::Retry { .. } => None,

@@ -20,6 +20,7 @@ mod answer;
 mod budget;
 mod conn;
 mod envelope;
+mod history;
 mod inline;
 mod passthrough;
 pub mod plan;
@@ -107,6 +108,10 @@ struct Audit {
     retry_num: String,
     retry_reason: &'static str,
     reason: String,
+    /// What the delivery history keeps (when it is on), and the id of an ignored delivery
+    /// (recorded nowhere else).
+    arrival: Option<Box<crate::history::Arrival>>,
+    history_id: String,
 }
 
 impl Ingress {
@@ -151,16 +156,17 @@ impl Ingress {
     }
 
     /// Count one answered Slack route and write its audit line.
-    fn account(&self, ctx: &Ctx, answered: (u16, RequestKind, Outcome)) {
-        let app = ctx.app.as_ref().map_or("", |a| a.name.as_str());
-        self.account_parts(app, ctx.started, &ctx.audit, answered);
+    fn account(&self, ctx: &mut Ctx, answered: (u16, RequestKind, Outcome)) {
+        let app = ctx.app.clone();
+        let app = app.as_ref().map_or("", |a| a.name.as_str());
+        self.account_parts(app, ctx.started, &mut ctx.audit, answered);
     }
 
     fn account_parts(
         &self,
         app: &str,
         started: Instant,
-        a: &Audit,
+        a: &mut Audit,
         (status, kind, outcome): (u16, RequestKind, Outcome),
     ) {
         let elapsed = started.elapsed();
@@ -186,6 +192,7 @@ impl Ingress {
             via = if a.via.is_empty() { "http" } else { a.via },
             "ingress"
         );
+        self.remember(app, a, (status, kind, outcome), elapsed.as_secs_f64() * 1000.0);
     }
 }
 

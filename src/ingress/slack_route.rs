@@ -198,6 +198,10 @@ impl Ingress {
         audit.receipt = d.receipt.clone().unwrap_or_default();
         let received_ms = now_ms();
         let plan = plan::plan(d, app, self.config.redis.shards, received_ms, rand::random::<u64>());
+        if self.shared.history.is_on() {
+            audit.arrival = Some(super::history::arrival(d, &v.body, &plan));
+            audit.history_id.clone_from(&plan.id);
+        }
         if let Some(reason) = plan.ignored {
             self.shared.metrics.ignored.with_label_values(&[&app.name, reason.as_label()]).inc();
             audit.reason = reason.as_label().into();

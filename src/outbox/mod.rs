@@ -141,6 +141,12 @@ impl Store {
         }
     }
 
+    /// The connection underneath, for what reads Redis beside the outbox (the delivery
+    /// history).
+    pub fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
     /// Records (and their duplicates) answered only once `durability` holds; `waiters` are
     /// the connections to record on when that means waiting for replicas.
     pub fn durable(mut self, durability: Durability, waiters: Vec<Conn>) -> Self {

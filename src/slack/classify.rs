@@ -74,6 +74,12 @@ pub struct Delivery {
     pub bot_users: Vec<String>,
     /// Where a slash command or interaction may still be answered later.
     pub response_url: Option<String>,
+    /// The workspace it came from, when the body names one.
+    pub team: Option<String>,
+    /// Who acted (the message's author, the command's or interaction's user).
+    pub user: Option<String>,
+    /// Slack's `event_time` (seconds), for events.
+    pub event_time: Option<u64>,
 }
 
 /// A message event, reduced to what dedupe, filters and cancellation need.
@@ -186,11 +192,13 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
     let mut payload = None;
     let mut trigger_id = None;
     let mut ssl_check = false;
-    let (mut channel, mut response_url) = (None, None);
+    let (mut channel, mut response_url, mut team, mut user) = (None, None, None, None);
     for (k, v) in form_urlencoded::parse(body) {
         match &*k {
             "command" => command = Some(v),
             "channel_id" => channel = Some(v),
+            "team_id" => team = Some(v),
+            "user_id" => user = Some(v),
             "response_url" => response_url = Some(v),
             "payload" => payload = Some(v),
             "trigger_id" => trigger_id = Some(v),
@@ -209,6 +217,8 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
             detail: command.into_owned(),
             channel: channel.map(Cow::into_owned),
             response_url: response_url.map(Cow::into_owned),
+            team: team.map(Cow::into_owned),
+            user: user.map(Cow::into_owned),
             ..Delivery::default()
         }));
     }
@@ -219,13 +229,15 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
     let response_url = text(&inner, "response_url")
         .or_else(|| inner.get("response_urls")?.get(0)?.get("response_url")?.as_str())
         .map(String::from);
-    let channel = inner.get("channel").and_then(|c| c.get("id")).and_then(Value::as_str).map(String::from);
+    let id_of = |k: &str| inner.get(k).and_then(|c| c.get("id")).and_then(Value::as_str).map(String::from);
     Ok(Request::Delivery(Delivery {
         kind: Kind::Interactivity,
         receipt,
         detail,
-        channel,
+        channel: id_of("channel"),
         response_url,
+        team: id_of("team"),
+        user: id_of("user"),
         ..Delivery::default()
     }))
 }
@@ -249,7 +261,10 @@ fn event_delivery(env: &Object, receipt: Option<String>) -> Delivery {
         (Some(e), "message" | "app_mention") => message_of(env, e, &bot_users),
         _ => None,
     };
-    Delivery { kind: Kind::Event, receipt, detail, channel, message, bot_users, response_url: None }
+    let team = text(env, "team_id").map(String::from);
+    let user = field("user").or_else(|| message.as_ref().and_then(|m| m.user.clone()));
+    let event_time = env.get("event_time").and_then(Value::as_u64);
+    Delivery { kind: Kind::Event, receipt, detail, channel, message, bot_users, response_url: None, team, user, event_time }
 }
 
 fn message_of(env: &Object, event: &Object, bot_users: &[String]) -> Option<Message> {

@@ -1,0 +1,217 @@
+//! Each delivery's life, kept for the operator's pages (`/ui/`) and `slackgate deliveries` /
+//! `show`: what Slack sent and when, the retries it sent again that the receipts absorbed, the
+//! record and the ack, each attempt at the bot, and the replies the bot wrote for it through
+//! the egress.
+//!
+//! Nothing here is on the ack path. The services hand a [`Note`] to [`History::note`], which
+//! only queues it (a bounded channel; a full queue drops the note and counts it, so a flood
+//! never waits on the history); one writer task per process ([`writer`]) folds what arrived
+//! meanwhile into a few pipelined commands per batch. What the pages read is bounded:
+//! `[ui] history` (time) and `history_max` (per app), enforced by the writer's trim.
+//!
+//! In Redis, every key of one app's history shares the hash tag `{<prefix>:h:<app>}` (one
+//! slot in a cluster, so the trim script sees all of them):
+//! - `…:d:<delivery>`: a hash, the summary fields ([`fields`]) and one `e:<ms>:<n>` field per
+//!   timeline entry (JSON);
+//! - `…:idx`: a sorted set of the deliveries by arrival (ms);
+//! - `…:m:<minute>`: what the ingress answered Slack in that minute, for the overview.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+pub mod describe;
+pub mod fields;
+pub mod query;
+pub mod writer;
+
+/// Notes waiting for the writer; past this they are dropped (and counted).
+const QUEUE: usize = 16_384;
+
+/// The queue into the history, shared by one process's services.
+pub struct History {
+    on: AtomicBool,
+    tx: mpsc::Sender<Note>,
+    rx: Mutex<Option<mpsc::Receiver<Note>>>,
+    dropped: prometheus::IntCounter,
+}
+
+impl History {
+    /// Off until the config says otherwise; `dropped` counts what a full queue refused.
+    pub fn new(dropped: prometheus::IntCounter) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        History { on: AtomicBool::new(false), tx, rx: Mutex::new(Some(rx)), dropped }
+    }
+
+    /// Whether notes are kept (`[ui] history` above zero, and a writer running).
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    pub fn set_on(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
+    }
+
+    /// Queue `note` for the writer; never waits.
+    pub fn note(&self, note: Note) {
+        if self.is_on() && self.tx.try_send(note).is_err() {
+            self.dropped.inc();
+        }
+    }
+
+    /// The writer's end of the queue (once per process).
+    pub fn take_receiver(&self) -> Option<mpsc::Receiver<Note>> {
+        self.rx.lock().ok()?.take()
+    }
+}
+
+/// Something that happened to one delivery.
+#[derive(Debug, Clone)]
+pub struct Note {
+    pub app: String,
+    pub delivery: String,
+    /// When it happened (ms since the epoch).
+    pub at_ms: u64,
+    pub what: What,
+}
+
+#[derive(Debug, Clone)]
+pub enum What {
+    /// The ingress recorded a new delivery, or answered one it keeps nothing of (ignored).
+    Arrived(Box<Arrival>),
+    /// Slack sent a delivery the receipts had already seen: absorbed, not delivered again.
+    Absorbed { retry_num: String, retry_reason: &'static str, outcome: &'static str, ack_ms: f64, via: &'static str },
+    /// One attempt at the bot, and what followed.
+    Attempt(Attempt),
+    /// Held back: an earlier turn of its thread is still running.
+    Held,
+    /// Its turn never came: a newer message of the thread took it.
+    Superseded { by: String },
+    /// A write the bot made through the egress, attributed to this delivery.
+    Wrote(Write),
+    /// A Slack request answered without a delivery to keep (refused, a handshake): only the
+    /// overview's counts (the note names no delivery).
+    Answered { status: u16, ack_ms: f64, kind: &'static str },
+}
+
+/// What the ingress saw of a delivery when it arrived.
+#[derive(Debug, Clone, Default)]
+pub struct Arrival {
+    pub kind: &'static str,
+    pub detail: String,
+    pub team: String,
+    pub channel: String,
+    pub user: String,
+    pub ts: String,
+    pub thread_ts: String,
+    /// `e:<event_id>` or `t:<trigger_id>` (or a body hash).
+    pub receipt: String,
+    pub via: &'static str,
+    pub retry_num: String,
+    pub retry_reason: &'static str,
+    /// Slack's `event_time` (s).
+    pub event_time: Option<u64>,
+    pub ack_ms: f64,
+    /// The status Slack got, and the ingress's outcome label.
+    pub status: u16,
+    pub outcome: &'static str,
+    /// Why it was ignored, or what else the ingress did (e.g. cancelled a deleted message's).
+    pub reason: String,
+    /// A DM or group DM, or a message that mentions the bot: what "never answered" watches.
+    pub asks: bool,
+    pub conversation: String,
+    /// The body as Slack sent it (shown with the `show_text` rule; never its token).
+    pub body: Option<Bytes>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub number: u64,
+    /// `policy::Outcome`'s label: delivered, retried, dead, expired, cancelled.
+    pub outcome: &'static str,
+    /// The bot's status; 0 when it did not answer.
+    pub status: u16,
+    pub error: &'static str,
+    pub latency_ms: f64,
+    pub next_retry_ms: u64,
+    /// Which gateway process made it (its consumer name), or "inline".
+    pub by: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub method: String,
+    pub channel: String,
+    pub outcome: &'static str,
+    /// Which key made it once: the bot's `Idempotency-Key`, a retry's digest, a re-run's.
+    pub key: &'static str,
+    /// The posted message's `ts`, when Slack answered with one.
+    pub ts: String,
+    /// How long it took at the egress: the channel's pace, Slack's `Retry-After`, the call.
+    pub took_ms: u64,
+}
+
+/// The status a delivery shows, from what happened to it last.
+pub fn status_after(what: &What) -> Option<&'static str> {
+    Some(match what {
+        What::Arrived(a) => match a.outcome {
+            "accepted" | "answered" => "waiting",
+            "ignored" => "ignored",
+            other => other,
+        },
+        What::Attempt(a) => match a.outcome {
+            "retried" => "retrying",
+            other => other,
+        },
+        What::Held => "held",
+        What::Superseded { .. } => "superseded",
+        What::Absorbed { .. } | What::Wrote(_) | What::Answered { .. } => return None,
+    })
+}
+
+/// The hash tag every key of `app`'s history shares.
+pub fn tag(prefix: &str, app: &str) -> String {
+    format!("{{{prefix}:h:{app}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_and_counts_and_an_off_history_takes_nothing() {
+        let h = History::new(prometheus::IntCounter::new("d", "d").unwrap());
+        let note = || Note { app: "bot".into(), delivery: "0-a".into(), at_ms: 1, what: What::Held };
+        h.note(note());
+        assert_eq!(h.dropped.get(), 0);
+        let mut rx = h.take_receiver().unwrap();
+        assert!(rx.try_recv().is_err(), "off: nothing queued");
+        h.set_on(true);
+        for _ in 0..QUEUE + 3 {
+            h.note(note());
+        }
+        assert_eq!(h.dropped.get(), 3);
+        assert!(h.take_receiver().is_none(), "one writer");
+    }
+
+    #[test]
+    fn statuses_follow_what_happened_last() {
+        let attempt = |outcome| What::Attempt(Attempt {
+            number: 1,
+            outcome,
+            status: 500,
+            error: "",
+            latency_ms: 1.0,
+            next_retry_ms: 0,
+            by: "c".into(),
+        });
+        assert_eq!(status_after(&attempt("retried")), Some("retrying"));
+        assert_eq!(status_after(&attempt("dead")), Some("dead"));
+        let arrived = What::Arrived(Box::new(Arrival { outcome: "accepted", ..Arrival::default() }));
+        assert_eq!(status_after(&arrived), Some("waiting"));
+        assert_eq!(status_after(&What::Superseded { by: "x".into() }), Some("superseded"));
+        assert_eq!(tag("sg", "bot"), "{sg:h:bot}");
+    }
+}

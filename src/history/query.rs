@@ -1,0 +1,301 @@
+//! Reading the history back, for the pages and the CLI: a filtered list, newest first; one
+//! delivery's timeline; the overview's minutes. A list scans each app's index newest first
+//! in chunks and filters the summaries in the gateway, so it never reads more than the
+//! history holds (`history_max` per app) and usually far less: it stops at a page.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::RedisResult;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::fields::{LATENCY_BUCKETS, SUMMARY};
+use super::tag;
+use crate::store::Conn;
+
+/// Ids read from the index per round trip.
+const CHUNK: usize = 200;
+
+/// What the list shows; every field empty or `None` matches everything.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Filter {
+    pub apps: Vec<String>,
+    pub team: String,
+    pub channel: String,
+    /// The kind (`event`, `command`, `interactivity`) or the event/command/interaction type.
+    pub kind: String,
+    /// delivered, waiting, retrying, dead, ignored, duplicate (absorbed a retry or a copy),
+    /// held, superseded, expired, cancelled.
+    pub status: String,
+    pub since_ms: Option<u64>,
+    pub until_ms: Option<u64>,
+    /// A delivery id, an `event_id`, a `trigger_id` or a message `ts`.
+    pub search: String,
+    /// Mentions and DMs delivered this long ago or longer with no reply attributed to them.
+    pub never_answered: Option<Duration>,
+}
+
+/// One delivery as the list shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub app: String,
+    pub id: String,
+    pub fields: HashMap<String, String>,
+}
+
+impl Summary {
+    pub fn get(&self, k: &str) -> &str {
+        self.fields.get(k).map_or("", String::as_str)
+    }
+
+    pub fn num(&self, k: &str) -> u64 {
+        self.get(k).parse().unwrap_or(0)
+    }
+
+    /// Arrival (ms since the epoch).
+    pub fn received(&self) -> u64 {
+        self.num("received")
+    }
+
+    fn matches(&self, f: &Filter, now_ms: u64) -> bool {
+        let is = |k: &str, want: &str| want.is_empty() || self.get(k) == want;
+        let kind_ok = f.kind.is_empty() || self.get("kind") == f.kind || self.get("detail") == f.kind;
+        let status_ok = match f.status.as_str() {
+            "" => true,
+            "duplicate" => self.num("absorbed") > 0,
+            s => self.get("status") == s,
+        };
+        let q = f.search.trim();
+        let search_ok = q.is_empty()
+            || self.id == q
+            || [format!("e:{q}"), format!("t:{q}"), q.to_string()].iter().any(|r| self.get("receipt") == r)
+            || self.get("ts") == q
+            || self.get("thread") == q;
+        let unanswered = f.never_answered.is_none_or(|within| {
+            let delivered = self.num("delivered");
+            self.get("asks") == "1"
+                && self.get("status") == "delivered"
+                && self.num("replies") == 0
+                && delivered > 0
+                && delivered + within.as_millis() as u64 <= now_ms
+        });
+        is("team", &f.team) && is("channel", &f.channel) && kind_ok && status_ok && search_ok && unanswered
+    }
+}
+
+/// A page of the list, and whether more matched past it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Page {
+    pub rows: Vec<Summary>,
+    pub more: bool,
+}
+
+/// The newest `limit` deliveries matching `f`, over its apps (all of `apps` when it names
+/// none); `cap` bounds how many each app's scan reads.
+pub async fn list(conn: &mut Conn, prefix: &str, f: &Filter, limit: usize, cap: usize) -> RedisResult<Page> {
+    let now = crate::clock::now_ms();
+    let mut rows = Vec::new();
+    for app in &f.apps {
+        rows.extend(scan(conn, prefix, app, f, limit + 1, cap, now).await?);
+    }
+    rows.sort_by_key(|r| std::cmp::Reverse(r.received()));
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    Ok(Page { rows, more })
+}
+
+/// Up to `want` matches of one app, newest first, reading at most `cap` ids.
+async fn scan(
+    conn: &mut Conn,
+    prefix: &str,
+    app: &str,
+    f: &Filter,
+    want: usize,
+    cap: usize,
+    now: u64,
+) -> RedisResult<Vec<Summary>> {
+    let tag = tag(prefix, app);
+    let (max, min) = (f.until_ms.map_or("+inf".to_string(), |u| u.to_string()), f.since_ms.unwrap_or(0));
+    let mut found = Vec::new();
+    let mut offset = 0;
+    while found.len() < want && offset < cap {
+        let ids: Vec<String> = redis::cmd("ZREVRANGEBYSCORE")
+            .arg(format!("{tag}:idx"))
+            .arg(&max)
+            .arg(min)
+            .arg("LIMIT")
+            .arg(offset)
+            .arg(CHUNK)
+            .query_async(conn)
+            .await?;
+        offset += ids.len();
+        let mut p = redis::pipe();
+        for id in &ids {
+            p.cmd("HMGET").arg(format!("{tag}:d:{id}")).arg(SUMMARY);
+        }
+        let values: Vec<Vec<Option<String>>> = if ids.is_empty() { vec![] } else { p.query_async(conn).await? };
+        for (id, v) in ids.iter().zip(values) {
+            let fields: HashMap<String, String> =
+                SUMMARY.iter().zip(v).filter_map(|(k, v)| Some((k.to_string(), v?))).collect();
+            let s = Summary { app: app.to_string(), id: id.clone(), fields };
+            if !s.fields.is_empty() && s.matches(f, now) {
+                found.push(s);
+            }
+        }
+        if ids.len() < CHUNK {
+            break;
+        }
+    }
+    found.truncate(want);
+    Ok(found)
+}
+
+/// One delivery's whole record: its summary, its body (when kept) and its timeline in order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Detail {
+    pub summary: Summary,
+    pub body: Option<String>,
+    pub timeline: Vec<Value>,
+}
+
+pub async fn show(conn: &mut Conn, prefix: &str, app: &str, id: &str) -> RedisResult<Option<Detail>> {
+    let all: HashMap<String, String> =
+        redis::cmd("HGETALL").arg(format!("{}:d:{id}", tag(prefix, app))).query_async(conn).await?;
+    if all.is_empty() {
+        return Ok(None);
+    }
+    let mut timeline: Vec<(String, Value)> = Vec::new();
+    let mut fields = HashMap::new();
+    let mut body = None;
+    for (k, v) in all {
+        if k.starts_with("e:") {
+            timeline.push((k, serde_json::from_str(&v).unwrap_or(Value::Null)));
+        } else if k == "body" {
+            body = Some(v);
+        } else {
+            fields.insert(k, v);
+        }
+    }
+    timeline.sort_by(|a, b| a.0.cmp(&b.0));
+    let summary = Summary { app: app.to_string(), id: id.to_string(), fields };
+    Ok(Some(Detail { summary, body, timeline: timeline.into_iter().map(|(_, v)| v).collect() }))
+}
+
+/// What one app's Slack traffic came to over some minutes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    pub minutes: u64,
+    pub fields: HashMap<String, u64>,
+}
+
+impl Counts {
+    pub fn get(&self, k: &str) -> u64 {
+        self.fields.get(k).copied().unwrap_or(0)
+    }
+
+    /// Slack's requests answered (2xx or not).
+    pub fn requests(&self) -> u64 {
+        self.get("ok") + self.get("failed")
+    }
+
+    /// The share of Slack's requests that did not get a 2xx.
+    pub fn failed_share(&self) -> Option<f64> {
+        let n = self.requests();
+        (n > 0).then(|| self.get("failed") as f64 / n as f64)
+    }
+
+    /// The smallest latency bound (ms) that 99 % of the acks were within; `None` past 3 s.
+    pub fn ack_p99_ms(&self) -> Option<f64> {
+        let n = self.requests();
+        if n == 0 {
+            return Some(0.0);
+        }
+        let mut seen = 0;
+        for (le, field) in LATENCY_BUCKETS {
+            seen += self.get(field);
+            if seen as f64 >= 0.99 * n as f64 {
+                return Some(*le);
+            }
+        }
+        None
+    }
+}
+
+/// `app`'s counts over the last `minutes` minutes, this one included.
+pub async fn counts(conn: &mut Conn, prefix: &str, app: &str, minutes: u64, now_ms: u64) -> RedisResult<Counts> {
+    let tag = tag(prefix, app);
+    let now = now_ms / 60_000;
+    let mut p = redis::pipe();
+    for m in (now + 1).saturating_sub(minutes)..=now {
+        p.cmd("HGETALL").arg(format!("{tag}:m:{m}"));
+    }
+    let all: Vec<HashMap<String, u64>> = p.query_async(conn).await?;
+    let mut c = Counts { minutes, fields: HashMap::new() };
+    for minute in all {
+        for (k, v) in minute {
+            *c.fields.entry(k).or_default() += v;
+        }
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(pairs: &[(&str, &str)]) -> Summary {
+        let fields = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Summary { app: "bot".into(), id: "0-abc".into(), fields }
+    }
+
+    #[test]
+    fn filters_match_what_a_person_asks_for() {
+        let s = summary(&[
+            ("channel", "C1"),
+            ("kind", "event"),
+            ("detail", "app_mention"),
+            ("status", "delivered"),
+            ("receipt", "e:Ev1"),
+            ("ts", "1.5"),
+            ("asks", "1"),
+            ("delivered", "1000"),
+        ]);
+        let f = |g: fn(&mut Filter)| {
+            let mut f = Filter::default();
+            g(&mut f);
+            f
+        };
+        assert!(s.matches(&f(|f| f.channel = "C1".into()), 0));
+        assert!(!s.matches(&f(|f| f.channel = "C2".into()), 0));
+        assert!(s.matches(&f(|f| f.kind = "app_mention".into()), 0));
+        assert!(s.matches(&f(|f| f.kind = "event".into()), 0));
+        assert!(!s.matches(&f(|f| f.status = "dead".into()), 0));
+        assert!(!s.matches(&f(|f| f.status = "duplicate".into()), 0));
+        for q in ["Ev1", "e:Ev1", "1.5", "0-abc"] {
+            let mut filter = Filter::default();
+            filter.search = q.into();
+            assert!(s.matches(&filter, 0), "{q}");
+        }
+        let never = f(|f| f.never_answered = Some(Duration::from_secs(60)));
+        assert!(!s.matches(&never, 30_000), "not yet a minute");
+        assert!(s.matches(&never, 61_000));
+        let answered = summary(&[("asks", "1"), ("status", "delivered"), ("delivered", "1000"), ("replies", "1")]);
+        assert!(!answered.matches(&never, 61_000));
+    }
+
+    #[test]
+    fn the_p99_and_the_failed_share() {
+        let mut c = Counts::default();
+        assert_eq!(c.failed_share(), None);
+        c.fields.insert("ok".into(), 98);
+        c.fields.insert("failed".into(), 2);
+        c.fields.insert("l10".into(), 98);
+        c.fields.insert("l3000".into(), 2);
+        assert_eq!(c.failed_share(), Some(0.02));
+        assert_eq!(c.ack_p99_ms(), Some(3000.0));
+        c.fields.insert("l10".into(), 100);
+        c.fields.insert("l3000".into(), 0);
+        assert_eq!(c.ack_p99_ms(), Some(10.0));
+    }
+}

@@ -1,0 +1,305 @@
+//! The history's one writer per process: it takes what the services queued, folds each batch
+//! into one pipeline per app (one `HSET` and one `PEXPIRE` per delivery, one `ZADD` and the
+//! minute's counts per app), and trims each app's history to `[ui] history` and
+//! `history_max` every few seconds. A failed write drops its batch (counted): the history is
+//! a view, never the record; the outbox is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use redis::{Pipeline, Script};
+use tracing::warn;
+
+use super::fields::{minute_fields, Fold};
+use super::{tag, Note, What};
+use crate::clock::now_ms;
+use crate::config::UiConfig;
+use crate::live::Live;
+use crate::shared::Shared;
+use crate::store::{connect_lazy, Conn, Endpoint};
+
+/// Notes taken per batch.
+const BATCH: usize = 512;
+/// How often each app's history is trimmed (and the on/off switch re-read after a reload).
+const TRIM_EVERY: Duration = Duration::from_secs(5);
+/// The overview's minutes live this long.
+const MINUTES_KEPT_SECS: u64 = 2 * 3600;
+/// At most this many deliveries go per app per trim.
+const TRIM_MAX: usize = 2_000;
+
+pub struct Writer {
+    live: Arc<Live>,
+    shared: Arc<Shared>,
+    redis: Endpoint,
+}
+
+impl Writer {
+    pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
+        Writer { live, shared, redis }
+    }
+
+    fn ui(&self) -> UiConfig {
+        self.live.get().config.ui.clone()
+    }
+}
+
+#[async_trait]
+impl BackgroundService for Writer {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let Some(mut rx) = self.shared.history.take_receiver() else { return };
+        let mut conn = match connect_lazy(&self.redis, Duration::from_secs(2)) {
+            Ok(c) => c,
+            Err(e) => return warn!(error = %e, "the delivery history has no Redis connection; it stays empty"),
+        };
+        let errors = self.shared.metrics.history_errors.clone();
+        let mut trim = tokio::time::interval(TRIM_EVERY);
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            tokio::select! {
+                n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
+                _ = trim.tick() => {
+                    let ui = self.ui();
+                    self.shared.history.set_on(ui.keeps_history());
+                    if ui.keeps_history() {
+                        let prefix = self.live.get().config.redis.key_prefix.clone();
+                        let apps: Vec<String> = self.live.get().config.apps.iter().map(|a| a.name.clone()).collect();
+                        if let Err(e) = trim_apps(&mut conn, &prefix, &apps, &ui).await {
+                            errors.inc();
+                            tracing::debug!(error = %e, "cannot trim the delivery history");
+                        }
+                    }
+                    continue;
+                }
+                _ = shutdown.changed() => return,
+            }
+            let ui = self.ui();
+            let prefix = self.live.get().config.redis.key_prefix.clone();
+            for (app, notes) in by_app(&batch) {
+                if let Err(e) = write(&mut conn, &tag(&prefix, app), &ui, &notes).await {
+                    errors.inc();
+                    tracing::debug!(error = %e, "cannot write the delivery history; this batch is dropped");
+                }
+            }
+            batch.clear();
+        }
+    }
+}
+
+/// The batch's notes per app, in the order they came.
+fn by_app(batch: &[Note]) -> Vec<(&str, Vec<&Note>)> {
+    let mut apps: Vec<(&str, Vec<&Note>)> = Vec::new();
+    for n in batch {
+        match apps.iter_mut().find(|(a, _)| *a == n.app) {
+            Some((_, notes)) => notes.push(n),
+            None => apps.push((&n.app, vec![n])),
+        }
+    }
+    apps
+}
+
+/// One app's notes, as one pipeline.
+pub async fn write(conn: &mut Conn, tag: &str, ui: &UiConfig, notes: &[&Note]) -> redis::RedisResult<()> {
+    let (folds, minutes) = fold(notes);
+    let mut p = redis::pipe();
+    let ttl = ui.history.as_millis() as u64;
+    let mut index = redis::cmd("ZADD");
+    index.arg(format!("{tag}:idx"));
+    let mut indexed = false;
+    for (delivery, f) in &folds {
+        let key = format!("{tag}:d:{delivery}");
+        hash_commands(&mut p, &key, f);
+        p.cmd("PEXPIRE").arg(&key).arg(ttl).ignore();
+        if let Some(ms) = f.arrived_ms {
+            index.arg(ms).arg(*delivery);
+            indexed = true;
+        }
+    }
+    if indexed {
+        p.add_command(index).ignore();
+    }
+    for ((minute, field), n) in &minutes {
+        let key = format!("{tag}:m:{minute}");
+        p.cmd("HINCRBY").arg(&key).arg(*field).arg(*n).ignore();
+    }
+    let mut touched: Vec<u64> = minutes.keys().map(|(m, _)| *m).collect();
+    touched.dedup();
+    for minute in touched {
+        p.cmd("EXPIRE").arg(format!("{tag}:m:{minute}")).arg(MINUTES_KEPT_SECS).ignore();
+    }
+    p.query_async::<()>(conn).await
+}
+
+type Minutes<'a> = HashMap<(u64, &'a str), i64>;
+
+/// The notes folded per delivery (in order of first note), and the minutes' counts.
+fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Fold)>, Minutes<'static>) {
+    let mut folds: Vec<(&str, Fold)> = Vec::new();
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut minutes: Minutes = HashMap::new();
+    for n in notes {
+        let minute = n.at_ms / 60_000;
+        for field in counted(&n.what) {
+            *minutes.entry((minute, field)).or_default() += 1;
+        }
+        if n.delivery.is_empty() {
+            continue;
+        }
+        let i = *at.entry(&n.delivery).or_insert_with(|| {
+            folds.push((&n.delivery, Fold::default()));
+            folds.len() - 1
+        });
+        folds[i].1.add(n, rand::random::<u32>().into());
+    }
+    (folds, minutes)
+}
+
+/// What a note adds to its minute of the overview.
+fn counted(what: &What) -> Vec<&'static str> {
+    match what {
+        What::Arrived(a) => minute_fields(a.status, a.ack_ms).to_vec(),
+        What::Absorbed { ack_ms, .. } => {
+            let mut f = minute_fields(200, *ack_ms).to_vec();
+            f.push("absorbed");
+            f
+        }
+        What::Answered { status, ack_ms, .. } => minute_fields(*status, *ack_ms).to_vec(),
+        What::Attempt(a) => vec![match a.outcome {
+            "delivered" => "delivered",
+            "retried" => "retried",
+            "dead" => "dead",
+            _ => "other",
+        }],
+        What::Wrote(w) => vec![write_field(w.outcome)],
+        What::Held | What::Superseded { .. } => vec![],
+    }
+}
+
+/// The minute's field for an egress write's outcome.
+pub fn write_field(outcome: &str) -> &'static str {
+    WRITE_FIELDS.iter().find(|(o, _)| *o == outcome).map_or("w:other", |(_, f)| f)
+}
+
+/// `w:<outcome>` for every egress outcome, as static strings.
+const WRITE_FIELDS: &[(&str, &str)] = &[
+    ("forwarded", "w:forwarded"),
+    ("replayed_key", "w:replayed_key"),
+    ("replayed_retry", "w:replayed_retry"),
+    ("replayed_rerun", "w:replayed_rerun"),
+    ("conflict", "w:conflict"),
+    ("key_reused", "w:key_reused"),
+    ("withheld_deleted", "w:withheld_deleted"),
+    ("withheld_edited", "w:withheld_edited"),
+    ("withheld_superseded", "w:withheld_superseded"),
+    ("reconciled", "w:reconciled"),
+    ("unknown", "w:unknown"),
+    ("rate_limited", "w:rate_limited"),
+    ("failed", "w:failed"),
+    ("store_unavailable", "w:store_unavailable"),
+    ("socket_opened", "w:socket_opened"),
+];
+
+fn hash_commands(p: &mut Pipeline, key: &str, f: &Fold) {
+    if !f.set.is_empty() || !f.events.is_empty() {
+        let mut hset = redis::cmd("HSET");
+        hset.arg(key);
+        for (k, v) in &f.set {
+            hset.arg(*k).arg(v);
+        }
+        for (k, v) in &f.events {
+            hset.arg(k).arg(v);
+        }
+        p.add_command(hset).ignore();
+    }
+    for (k, v) in &f.set_nx {
+        p.cmd("HSETNX").arg(key).arg(*k).arg(v).ignore();
+    }
+    for (k, n) in &f.incr {
+        p.cmd("HINCRBY").arg(key).arg(*k).arg(*n).ignore();
+    }
+}
+
+/// Drop what is past `[ui] history`, then the oldest past `history_max`, with their hashes.
+const TRIM: &str = r"
+local idx, hashes = KEYS[1], ARGV[1]
+local limit = tonumber(ARGV[4])
+local n = 0
+local old = redis.call('ZRANGEBYSCORE', idx, '-inf', '(' .. ARGV[2], 'LIMIT', 0, limit)
+for _, id in ipairs(old) do
+  redis.call('UNLINK', hashes .. id)
+  redis.call('ZREM', idx, id)
+  n = n + 1
+end
+local over = redis.call('ZCARD', idx) - tonumber(ARGV[3])
+if over > 0 then
+  local ids = redis.call('ZRANGE', idx, 0, math.min(over, limit) - 1)
+  for _, id in ipairs(ids) do redis.call('UNLINK', hashes .. id) end
+  redis.call('ZREMRANGEBYRANK', idx, 0, #ids - 1)
+  n = n + #ids
+end
+return n
+";
+
+/// Trim every app's history; how many deliveries went.
+pub async fn trim_apps(conn: &mut Conn, prefix: &str, apps: &[String], ui: &UiConfig) -> redis::RedisResult<u64> {
+    let script = Script::new(TRIM);
+    let oldest = now_ms().saturating_sub(ui.history.as_millis() as u64);
+    let mut gone = 0;
+    for app in apps {
+        let tag = tag(prefix, app);
+        let n: u64 = script
+            .key(format!("{tag}:idx"))
+            .arg(format!("{tag}:d:"))
+            .arg(oldest)
+            .arg(ui.history_max)
+            .arg(TRIM_MAX)
+            .invoke_async(conn)
+            .await?;
+        gone += n;
+    }
+    Ok(gone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Arrival, Attempt};
+
+    fn note(delivery: &str, at_ms: u64, what: What) -> Note {
+        Note { app: "bot".into(), delivery: delivery.into(), at_ms, what }
+    }
+
+    #[test]
+    fn a_batch_folds_per_delivery_and_counts_per_minute() {
+        let arrived = || What::Arrived(Box::new(Arrival { outcome: "accepted", status: 200, ack_ms: 4.0, ..Arrival::default() }));
+        let attempt = What::Attempt(Attempt {
+            number: 1,
+            outcome: "delivered",
+            status: 200,
+            error: "",
+            latency_ms: 2.0,
+            next_retry_ms: 0,
+            by: "c".into(),
+        });
+        let notes = [
+            note("0-a", 60_000, attempt),
+            note("0-a", 60_001, arrived()),
+            note("0-b", 120_000, arrived()),
+            note("", 120_001, What::Answered { status: 503, ack_ms: 2_100.0, kind: "event" }),
+        ];
+        let refs: Vec<&Note> = notes.iter().collect();
+        let (folds, minutes) = fold(&refs);
+        assert_eq!(folds.len(), 2, "one fold per delivery; the refusal only counts");
+        assert_eq!(folds[0].1.events.len(), 2);
+        assert_eq!(minutes[&(1, "ok")], 1);
+        assert_eq!(minutes[&(1, "delivered")], 1);
+        assert_eq!(minutes[&(2, "failed")], 1);
+        assert_eq!(minutes[&(2, "l3000")], 1);
+        assert_eq!(write_field("withheld_deleted"), "w:withheld_deleted");
+        assert_eq!(write_field("nonsense"), "w:other");
+        assert_eq!(WRITE_FIELDS.len(), crate::egress::Outcome::ALL.len());
+    }
+}

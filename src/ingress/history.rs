@@ -1,0 +1,70 @@
+//! What the ingress tells the delivery history: what it saw of each Slack request, queued
+//! after the answer is written (in `logging`), never on the ack path. Ignored deliveries,
+//! Slack's retries absorbed and refused requests are only seen here.
+
+use super::answer::Outcome;
+use super::{Audit, Ingress, RequestKind};
+use crate::clock::now_ms;
+use crate::history::{Arrival, Note, What};
+use crate::slack;
+
+/// What the history keeps of `d` (its id `plan.id`), when the history is on.
+pub(super) fn arrival(d: &slack::Delivery, body: &bytes::Bytes, plan: &super::plan::Plan) -> Box<Arrival> {
+    let m = d.message.as_ref();
+    let text = |s: Option<&String>| s.cloned().unwrap_or_default();
+    Box::new(Arrival {
+        kind: d.kind.as_str(),
+        detail: d.detail.clone(),
+        team: text(d.team.as_ref().or(m.map(|m| &m.team))),
+        channel: text(d.channel.as_ref()),
+        user: text(d.user.as_ref()),
+        ts: text(m.map(|m| &m.ts)),
+        thread_ts: text(m.and_then(|m| m.thread_ts.as_ref())),
+        receipt: text(d.receipt.as_ref()),
+        event_time: d.event_time,
+        asks: d.detail == "app_mention" || m.is_some_and(|m| (m.direct || m.mentions_bot) && m.subtype.is_none()),
+        conversation: plan.conversation.as_ref().map(slack::Conversation::key).unwrap_or_default(),
+        body: Some(body.clone()),
+        ..Arrival::default()
+    })
+}
+
+impl Ingress {
+    /// Queue what the history keeps of one answered Slack request of `app`.
+    pub(super) fn remember(&self, app: &str, a: &mut Audit, (status, kind, outcome): (u16, RequestKind, Outcome), ack_ms: f64) {
+        let history = &self.shared.history;
+        if !history.is_on() || app.is_empty() {
+            return;
+        }
+        let via = if a.via.is_empty() { "http" } else { a.via };
+        let what = match (outcome, a.arrival.take()) {
+            (Outcome::Duplicate | Outcome::DuplicateMessage, _) if !a.delivery.is_empty() => What::Absorbed {
+                retry_num: std::mem::take(&mut a.retry_num),
+                retry_reason: a.retry_reason,
+                outcome: outcome.as_label(),
+                ack_ms,
+                via,
+            },
+            (Outcome::Accepted | Outcome::Answered | Outcome::Ignored, Some(mut arrival)) => {
+                arrival.via = via;
+                arrival.retry_num = std::mem::take(&mut a.retry_num);
+                arrival.retry_reason = a.retry_reason;
+                arrival.ack_ms = ack_ms;
+                arrival.status = status;
+                arrival.outcome = outcome.as_label();
+                arrival.reason = std::mem::take(&mut a.reason);
+                What::Arrived(arrival)
+            }
+            // Refused, or answered without a delivery (a handshake): the overview counts it.
+            _ => What::Answered { status, ack_ms, kind: kind.as_label() },
+        };
+        let delivery = match &what {
+            What::Answered { .. } => String::new(),
+            _ if a.delivery.is_empty() => std::mem::take(&mut a.history_id),
+            _ => std::mem::take(&mut a.delivery),
+        };
+        // The arrival's time, as near as the ack's latency tells it.
+        let at_ms = now_ms().saturating_sub(ack_ms as u64);
+        history.note(Note { app: app.to_string(), delivery, at_ms, what });
+    }
+}
