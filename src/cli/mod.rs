@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, Overrides};
 
+mod history;
 mod ops;
 mod run;
 mod signals;
@@ -49,6 +50,10 @@ enum Command {
     /// The egress's writes of the last day that were withheld (source deleted or edited) or
     /// whose outcome is unknown.
     Egress(ops::Target),
+    /// The delivery history, newest first, filtered (what the pages at /ui/ show).
+    Deliveries(history::DeliveriesOpts),
+    /// One delivery's whole life: Slack's retries, the ack, each attempt, the bot's replies.
+    Show(history::ShowOpts),
     /// The dead-letter stream: list, show, replay, purge.
     Dlq {
         #[command(subcommand)]
@@ -110,6 +115,8 @@ pub fn main() -> anyhow::Result<()> {
         }
         Command::Sim { command } => crate::sim::run(command),
         Command::Dlq { action, target } => ops::dlq(&target, action),
+        Command::Deliveries(o) => history::deliveries(&o),
+        Command::Show(o) => history::show(&o),
     }
 }
 

@@ -19,10 +19,10 @@ pub struct Target {
     config: ConfigOpt,
     /// Only this app (required for per-delivery actions when the config has several).
     #[arg(long, global = true)]
-    app: Option<String>,
+    pub(super) app: Option<String>,
     /// Machine-readable output.
     #[arg(long, global = true)]
-    json: bool,
+    pub(super) json: bool,
     /// Redis URL (beats [redis] url).
     #[arg(long, env = "SLACKGATE_REDIS_URL", global = true)]
     redis_url: Option<String>,
@@ -54,11 +54,11 @@ pub enum DlqAction {
     },
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(super) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-async fn connect(t: &Target) -> anyhow::Result<Ops> {
+pub(super) async fn connect(t: &Target) -> anyhow::Result<Ops> {
     let overrides = Overrides { redis_url: t.redis_url.clone(), secrets_optional: true, ..Overrides::default() };
     let config = Arc::new(Config::from_file(&t.config.config, &overrides)?);
     let target = match &config.redis.target {
@@ -89,7 +89,7 @@ fn age(ms: u64) -> String {
     }
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(super) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

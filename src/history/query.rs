@@ -273,8 +273,7 @@ mod tests {
         assert!(!s.matches(&f(|f| f.status = "dead".into()), 0));
         assert!(!s.matches(&f(|f| f.status = "duplicate".into()), 0));
         for q in ["Ev1", "e:Ev1", "1.5", "0-abc"] {
-            let mut filter = Filter::default();
-            filter.search = q.into();
+            let filter = Filter { search: q.into(), ..Filter::default() };
             assert!(s.matches(&filter, 0), "{q}");
         }
         let never = f(|f| f.never_answered = Some(Duration::from_secs(60)));

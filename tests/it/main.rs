@@ -17,6 +17,7 @@ mod egress_http;
 mod egress_limits;
 mod fake_socket_selftest;
 mod fence;
+mod history;
 mod interactive;
 mod lifecycle;
 mod listeners;

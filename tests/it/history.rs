@@ -1,0 +1,139 @@
+//! The delivery history (issue 20): each delivery's life as `slackgate deliveries` and
+//! `slackgate show` tell it — Slack's retry absorbed, each attempt, the reply the bot wrote
+//! through the egress — with its token never shown and its text hidden by default, and the
+//! history held to `history_max`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::egress_common::*;
+use crate::utils::*;
+
+fn cli(gw: &Gateway, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
+        .args(args)
+        .args(["--json", "--config"])
+        .arg(&gw.config_path)
+        .env("SG_TEST_SECRET", SECRET)
+        .env_remove("SLACKGATE_REDIS_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+}
+
+fn mention(event_id: &str, ts: &str, channel: &str) -> Vec<u8> {
+    serde_json::json!({
+        "token": "legacy-verification-token", "type": "event_callback", "event_id": event_id, "team_id": "T1",
+        "api_app_id": "A1", "event_time": 1_700_000_000, "authorizations": [{"user_id": "UBOT", "is_bot": true}],
+        "event": {"type": "app_mention", "user": "U1", "text": "<@UBOT> the secret question", "channel": channel, "ts": ts}
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// The delivery the history lists for `search`, once it is there.
+async fn delivery_of(gw: &Gateway, search: &str) -> String {
+    let mut id = String::new();
+    until(Duration::from_secs(10), async || {
+        let page = cli(gw, &["deliveries", "--search", search]);
+        id = page["rows"][0]["id"].as_str().unwrap_or_default().to_string();
+        !id.is_empty()
+    })
+    .await;
+    assert!(!id.is_empty(), "{search} never reached the history");
+    id
+}
+
+/// `show` until `done` holds of its timeline's entries.
+async fn shown_when(gw: &Gateway, id: &str, done: impl Fn(&[Value]) -> bool) -> Value {
+    let mut shown = Value::Null;
+    until(Duration::from_secs(10), async || {
+        shown = cli(gw, &["show", id]);
+        done(shown["timeline"].as_array().map_or(&[][..], Vec::as_slice))
+    })
+    .await;
+    shown
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deliverys_whole_life_is_kept_and_shown_without_its_token_or_text() {
+    let s = setup("hlife", "").await;
+    s.bot.push(Reply::status(503));
+    let ts = "1700000300.000100";
+    let body = mention("EvLife", ts, "C1");
+    assert_eq!(send(s.gw.port, Req::signed("/slack/events", body.clone(), SECRET)).await.0, 200);
+    let retry = Req::signed("/slack/events", body, SECRET).header("X-Slack-Retry-Num", "1").header("X-Slack-Retry-Reason", "http_timeout");
+    assert_eq!(send(s.gw.port, retry).await.0, 200, "Slack's retry, absorbed");
+    assert!(eventually(Duration::from_secs(10), || s.bot.count_body("EvLife") == 2).await, "503, then delivered");
+    let reply = call(s.gw.egress_port, "chat.postMessage", &format!("channel=C1&thread_ts={ts}&text=the+answer"), &[]).await;
+    assert!(reply.ok(), "{}", reply.body);
+
+    let id = delivery_of(&s.gw, "EvLife").await;
+    let what = |e: &Value| e["what"].as_str().unwrap_or_default().to_string();
+    let shown = shown_when(&s.gw, &id, |t| t.iter().any(|e| what(e) == "wrote") && t.iter().filter(|e| what(e) == "attempt").count() == 2).await;
+    let t = shown["timeline"].as_array().cloned().unwrap_or_default();
+    let kinds: Vec<String> = t.iter().map(what).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "arrived").count(), 1, "{shown:#}");
+    let absorbed = t.iter().find(|e| what(e) == "absorbed").unwrap_or_else(|| panic!("{shown:#}"));
+    assert_eq!((absorbed["retry_num"].as_str(), absorbed["retry_reason"].as_str()), (Some("1"), Some("http_timeout")));
+    let attempts: Vec<&Value> = t.iter().filter(|e| what(e) == "attempt").collect();
+    assert_eq!((attempts[0]["status"].as_u64(), attempts[0]["outcome"].as_str()), (Some(503), Some("retried")));
+    assert_eq!((attempts[1]["status"].as_u64(), attempts[1]["outcome"].as_str()), (Some(200), Some("delivered")));
+    assert!(attempts[1]["by"].as_str().is_some_and(|b| !b.is_empty()), "which gateway made it");
+    let wrote = t.iter().find(|e| what(e) == "wrote").unwrap();
+    assert_eq!((wrote["method"].as_str(), wrote["outcome"].as_str()), (Some("chat.postMessage"), Some("forwarded")));
+    assert!(wrote["ts"].as_str().is_some_and(|ts| !ts.is_empty()), "the posted reply's ts: {wrote}");
+    let summary = &shown["summary"]["fields"];
+    assert_eq!((summary["status"].as_str(), summary["replies"].as_str()), (Some("delivered"), Some("1")), "{summary}");
+    assert_eq!((summary["channel"].as_str(), summary["team"].as_str(), summary["user"].as_str()), (Some("C1"), Some("T1"), Some("U1")));
+    let body = shown["body"].as_str().unwrap_or_default();
+    assert!(body.contains("app_mention") && body.contains("EvLife"), "{body}");
+    assert!(!body.contains("legacy-verification-token") && !body.contains("secret question"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_list_filters_by_channel_status_and_never_answered() {
+    let s = setup("hfilter", "").await;
+    s.bot.set_default(Reply::status(200));
+    for (ev, ts, ch) in [("EvAns", "1700000400.000100", "C1"), ("EvIgnored", "1700000500.000100", "C2")] {
+        assert_eq!(send(s.gw.port, Req::signed("/slack/events", mention(ev, ts, ch), SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(10), || s.bot.count() == 2).await);
+    let reply = call(s.gw.egress_port, "chat.postMessage", "channel=C1&thread_ts=1700000400.000100&text=hi", &[]).await;
+    assert!(reply.ok());
+    let answered = delivery_of(&s.gw, "EvAns").await;
+    let unanswered = delivery_of(&s.gw, "EvIgnored").await;
+    shown_when(&s.gw, &answered, |t| t.iter().any(|e| e["what"] == "wrote")).await;
+    shown_when(&s.gw, &unanswered, |t| t.iter().any(|e| e["what"] == "attempt")).await;
+    let ids = |page: Value| -> Vec<String> {
+        page["rows"].as_array().into_iter().flatten().filter_map(|r| r["id"].as_str().map(String::from)).collect()
+    };
+    assert_eq!(ids(cli(&s.gw, &["deliveries", "--channel", "C2"])), vec![unanswered.clone()]);
+    assert_eq!(ids(cli(&s.gw, &["deliveries", "--never-answered", "0s"])), vec![unanswered.clone()]);
+    assert!(ids(cli(&s.gw, &["deliveries", "--status", "dead"])).is_empty());
+    assert_eq!(ids(cli(&s.gw, &["deliveries", "--status", "delivered"])).len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_keeps_at_most_history_max_deliveries_per_app() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("hmax"), &bot.url());
+    cfg.tail = "[ui]\nhistory_max = 100\n".into();
+    let gw = Gateway::start(&cfg).await;
+    for i in 0..130 {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvMax{i:03}")), SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 130).await);
+    let tag = format!("{{{}:h:bot}}", cfg.prefix);
+    let kept = || redis.keys(&format!("{tag}:d:*")).len();
+    assert!(eventually(Duration::from_secs(20), || kept() == 100).await, "{} kept", kept());
+    let page = cli(&gw, &["deliveries", "--limit", "200"]);
+    let rows = page["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 100, "the list and the index agree");
+    assert!(rows.iter().all(|r| r["fields"]["receipt"] != "e:EvMax000"), "the oldest went first");
+}
