@@ -83,7 +83,14 @@ impl Attempted {
 impl Attempted {
     /// The attempt, for the delivery history: `(app, delivery, by)`, `by` the consumer that
     /// made it.
-    pub fn remember(&self, shared: &Shared, (app, delivery, by): (&str, &str, &str), number: u64, outcome: Outcome, next_retry_ms: u64) {
+    pub fn remember(
+        &self,
+        shared: &Shared,
+        (app, delivery, by): (&str, &str, &str),
+        number: u64,
+        outcome: Outcome,
+        next_retry_ms: u64,
+    ) {
         if !shared.history.is_on() {
             return;
         }

@@ -29,6 +29,12 @@ pub fn now_secs() -> i64 {
     (now_ms() / 1000) as i64
 }
 
+/// `HH:MM:SS` (UTC) of a time in ms since the epoch.
+pub fn hms(ms: u64) -> String {
+    let s = ms / 1000;
+    format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,6 +35,7 @@
 //!   workers yield to it), whether the workers run.
 //! - [`history`]: each delivery's life for the operator's pages, written off the ack path by
 //!   one writer task per process.
+//! - [`ui`]: the operator's pages on the admin listener (`/ui/`), over the history and [`ops`].
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, stats and the dead-letter API; [`ops`]:
 //!   operator actions for the CLI and the admin API.
 //! - [`clock`]: wall time from tokio's clock (pausable in tests); [`secret`]: secret values.
@@ -65,6 +66,7 @@ pub mod sim;
 pub mod slack;
 pub mod socket;
 pub mod store;
+pub mod ui;
 pub mod upstream;
 
 /// Logs to stderr, `pretty` (human) or `json` (one object per line); `RUST_LOG` picks the

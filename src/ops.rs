@@ -32,6 +32,15 @@ pub struct AppStats {
     pub stats: OutboxStats,
 }
 
+/// What a redelivery sends again (from the delivery history).
+pub struct Redelivery<'a> {
+    pub body: &'a [u8],
+    pub path: &'a str,
+    pub content_type: &'a str,
+    pub kind: &'a str,
+    pub detail: &'a str,
+}
+
 /// One page of each list the egress keeps for a day (at most 1,000 notes each), newest first.
 #[derive(Debug, Serialize)]
 pub struct EgressNotes {
@@ -233,6 +242,33 @@ impl Ops {
             true => Ok(()),
             false => Err(OpsError::NotDead(id.into())),
         }
+    }
+
+    /// Send a delivery the bot already had to it again, as a new delivery on the same shard
+    /// (no receipt or message claim: it is the operator's, not Slack's); its id.
+    pub async fn redeliver(&self, app: &str, id: &str, again: Redelivery<'_>) -> Result<String, OpsError> {
+        let a = self.app(Some(app))?;
+        let keys = self.shard_keys(a, id)?;
+        let shard = id.split_once('-').map_or("0", |(s, _)| s);
+        let new_id = format!("{shard}-{:016x}", rand::random::<u64>());
+        let new = outbox::NewDelivery {
+            id: &new_id,
+            receipt: None,
+            body: again.body,
+            content_type: again.content_type.as_bytes(),
+            path: again.path,
+            kind: crate::slack::Kind::parse(again.kind),
+            received_ms: now_ms(),
+            ttl: a.receipt_ttl,
+            placement: outbox::Placement::Stream,
+            claim: None,
+            cancel: None,
+            detail: again.detail,
+            response_url: "",
+            conversation: "",
+        };
+        self.store.record(&keys, &new).await?;
+        Ok(new_id)
     }
 
     pub async fn purge(&self, app: Option<&str>, id: &str) -> Result<(), OpsError> {

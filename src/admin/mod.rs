@@ -46,6 +46,7 @@ pub struct Admin {
     store: LazyStore,
     /// The egress's records, for its notes.
     egress: Lazy<EgressStore>,
+    ui: crate::ui::Ui,
 }
 
 type Reply = Response<Vec<u8>>;
@@ -61,6 +62,8 @@ enum AdminError {
     Ops(#[from] OpsError),
     #[error("{0}")]
     Unavailable(String),
+    #[error("the form is {0}")]
+    BadForm(&'static str),
 }
 
 impl AdminError {
@@ -70,6 +73,7 @@ impl AdminError {
             AdminError::Refused(Refusal::Token) => StatusCode::UNAUTHORIZED,
             AdminError::Refused(Refusal::Method) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NotFound => StatusCode::NOT_FOUND,
+            AdminError::BadForm(_) => StatusCode::BAD_REQUEST,
             AdminError::Ops(OpsError::UnknownApp(_) | OpsError::NotDead(_)) => StatusCode::NOT_FOUND,
             AdminError::Ops(OpsError::AppRequired | OpsError::BadId(_) | OpsError::BadCursor(_)) => {
                 StatusCode::BAD_REQUEST
@@ -87,7 +91,8 @@ impl Admin {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let prefix = live.get().config.redis.key_prefix.clone();
         let egress = Lazy::egress(&redis, &prefix);
-        Admin { live, shared, store: LazyStore::outbox(&redis, Duration::from_secs(2)), egress }
+        let ui = crate::ui::Ui::new(shared.clone());
+        Admin { live, shared, store: LazyStore::outbox(&redis, Duration::from_secs(2)), egress, ui }
     }
 
     fn store(&self) -> Result<&Store, String> {
@@ -217,6 +222,22 @@ fn json(value: impl serde::Serialize) -> Reply {
     reply(StatusCode::OK, "application/json", body)
 }
 
+/// A form's body, whole, by `timeout`; over `ui::MAX_FORM` is refused.
+async fn read_form(session: &mut ServerSession, timeout: Duration) -> Result<Vec<u8>, AdminError> {
+    let mut body = Vec::new();
+    let read = async {
+        while let Some(chunk) = session.read_request_body().await.map_err(|_| AdminError::BadForm("unreadable"))? {
+            body.extend_from_slice(&chunk);
+            if body.len() > crate::ui::MAX_FORM {
+                return Err(AdminError::BadForm("too large"));
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(timeout, read).await.map_err(|_| AdminError::BadForm("too slow"))??;
+    Ok(body)
+}
+
 /// Read the next request's head; `false` when there is none to serve. One that does not parse
 /// is answered 400, and never logged: Pingora's own HTTP app (`ServeHttp`) writes the request's
 /// bytes at ERROR, an `Authorization: Bearer <admin token>` among them.
@@ -248,7 +269,11 @@ impl HttpServerApp for Admin {
         // The connection guard closes idle connections; Pingora's timer is a backstop past it.
         session.set_keepalive((!*shutdown.borrow()).then_some(limits.idle_timeout.as_secs() + 2));
         session.set_write_timeout(Some(limits.body_timeout));
-        let (parts, body) = self.route(&session).await.unwrap_or_else(|e| e.reply()).into_parts();
+        let answer = match session.req_header().uri.path() {
+            p if p == "/ui" || p.starts_with("/ui/") => self.page(&mut session).await,
+            _ => self.route(&session).await,
+        };
+        let (parts, body) = answer.unwrap_or_else(|e| e.reply()).into_parts();
         if session.write_response_header(Box::new(parts.into())).await.is_err() {
             return None;
         }
@@ -262,6 +287,32 @@ impl HttpServerApp for Admin {
 }
 
 impl Admin {
+    /// The operator's pages (`/ui/`): behind the same `Host` allow-list, with rules of their
+    /// own for who may look and act (see `ui::auth`).
+    async fn page(&self, session: &mut ServerSession) -> Result<Reply, AdminError> {
+        let config = self.live.get().config.clone();
+        let head = session.req_header();
+        let host = head.headers.get(http::header::HOST).and_then(|h| h.to_str().ok());
+        if !host_allowed(host, &config.server.admin_hosts) {
+            return Err(AdminError::Refused(Refusal::Host));
+        }
+        if head.uri.path() == "/ui" {
+            return Ok(crate::ui::redirect("/ui/"));
+        }
+        let mut req = crate::ui::Request {
+            method: head.method.clone(),
+            path: head.uri.path().to_string(),
+            query: head.uri.query().unwrap_or_default().to_string(),
+            headers: head.headers.clone(),
+            body: Vec::new(),
+        };
+        if req.method == http::Method::POST {
+            req.body = read_form(session, config.server.limits.body_timeout).await?;
+        }
+        let ops = self.ops().map_err(AdminError::Unavailable)?;
+        Ok(self.ui.handle(&ops, &req).await)
+    }
+
     async fn route(&self, session: &ServerSession) -> Result<Reply, AdminError> {
         let head = session.req_header();
         let (method, path) = (head.method.clone(), head.uri.path().to_string());

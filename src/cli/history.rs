@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::ops::{connect, print_json, runtime, Target};
+use crate::clock::hms as clock;
 use crate::config::parse_duration;
 use crate::history::describe::{describe, message_link, redact};
 use crate::history::query::{self, Filter};
@@ -49,12 +50,6 @@ fn duration(key: &str, v: &Option<String>) -> anyhow::Result<Option<Duration>> {
     v.as_deref().map(|s| parse_duration(s).map_err(|e| anyhow::anyhow!("--{key}: {e}"))).transpose()
 }
 
-/// `HH:MM:SS` UTC of a time in ms.
-pub fn clock(ms: u64) -> String {
-    let s = ms / 1000;
-    format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
-}
-
 pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let ops = connect(&o.target).await?;
@@ -79,7 +74,10 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
         if o.target.json {
             return print_json(&page);
         }
-        println!("{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}", "arrived", "app", "delivery", "what", "channel", "status", "try", "replies", "ack ms");
+        println!(
+            "{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}",
+            "arrived", "app", "delivery", "what", "channel", "status", "try", "replies", "ack ms"
+        );
         for r in &page.rows {
             let what = format!("{} {}", r.get("kind"), r.get("detail"));
             println!(
@@ -133,7 +131,14 @@ pub fn show(o: &ShowOpts) -> anyhow::Result<()> {
 fn print_detail(d: &query::Detail) {
     let s = &d.summary;
     println!("{} {} — {} {} — {}", s.app, s.id, s.get("kind"), s.get("detail"), s.get("status"));
-    println!("team {}  channel {}  user {}  ts {}  thread {}", s.get("team"), s.get("channel"), s.get("user"), s.get("ts"), s.get("thread"));
+    println!(
+        "team {}  channel {}  user {}  ts {}  thread {}",
+        s.get("team"),
+        s.get("channel"),
+        s.get("user"),
+        s.get("ts"),
+        s.get("thread")
+    );
     println!("receipt {}  conversation {}", s.get("receipt"), s.get("conversation"));
     if let Some(t) = s.get("event_time").parse::<u64>().ok().filter(|t| *t > 0) {
         let gap = s.received() as i64 - (t * 1000) as i64;
@@ -143,7 +148,9 @@ fn print_detail(d: &query::Detail) {
     for e in &d.timeline {
         let at = e["at"].as_u64().unwrap_or(start);
         println!("  {} (+{:>7.3} s)  {}", clock(at), (at as i64 - start as i64) as f64 / 1000.0, describe(e));
-        if let Some(link) = message_link(e["channel"].as_str().unwrap_or_default(), e["ts"].as_str().unwrap_or_default()) {
+        if let Some(link) =
+            message_link(e["channel"].as_str().unwrap_or_default(), e["ts"].as_str().unwrap_or_default())
+        {
             println!("{:>26}{link}", "");
         }
     }

@@ -19,11 +19,11 @@ mod values;
 pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
 pub use egress::{EgressConfig, DEFAULT_WRITE_METHODS};
-pub use ui::UiConfig;
 pub use server::SLACK_HOOKS_HOST;
 pub use socket::warnings as socket_warnings;
 pub use socket::{SocketModeConfig, SLACK_MAX_CONNECTIONS};
 pub use turns::{End, Order, TurnsConfig};
+pub use ui::UiConfig;
 pub use values::{interpolate, redact_url, Upstream};
 
 use std::collections::HashMap;

@@ -277,7 +277,12 @@ async fn usable(s: &Shard, lease: &Lease, loaded: Loaded) -> Option<Box<Stored>>
         Loaded::Held => {
             info!(target: "slackgate::audit", app = %s.app.name, delivery = %lease.delivery, "turn held");
             let what = crate::history::What::Held;
-            let note = crate::history::Note { app: s.app.name.clone(), delivery: lease.delivery.clone(), at_ms: now_ms(), what };
+            let note = crate::history::Note {
+                app: s.app.name.clone(),
+                delivery: lease.delivery.clone(),
+                at_ms: now_ms(),
+                what,
+            };
             s.shared.history.note(note);
             None
         }

@@ -73,19 +73,52 @@ pub fn describe(e: &Value) -> String {
     match e["what"].as_str().unwrap_or_default() {
         "arrived" => {
             let reason = if s("reason").is_empty() { String::new() } else { format!(" — {}", s("reason")) };
-            format!("arrived over {}: {} {}, acked in {:.1} ms{}{reason}", s("via"), e["status"], s("outcome"), n("ack_ms"), retry())
+            format!(
+                "arrived over {}: {} {}, acked in {:.1} ms{}{reason}",
+                s("via"),
+                e["status"],
+                s("outcome"),
+                n("ack_ms"),
+                retry()
+            )
         }
-        "absorbed" => format!("Slack sent it again{}: absorbed by the receipt ({}), acked in {:.1} ms", retry(), s("outcome"), n("ack_ms")),
+        "absorbed" => format!(
+            "Slack sent it again{}: absorbed by the receipt ({}), acked in {:.1} ms",
+            retry(),
+            s("outcome"),
+            n("ack_ms")
+        ),
         "attempt" => {
-            let status = if n("status") > 0.0 { format!("HTTP {}", e["status"]) } else { format!("no answer ({})", s("error")) };
-            let next = if n("next_retry_ms") > 0.0 { format!(", next try in {:.1} s", n("next_retry_ms") / 1000.0) } else { String::new() };
-            format!("attempt {} by {}: {status} in {:.1} ms → {}{next}", e["number"], s("by"), n("latency_ms"), s("outcome"))
+            let status =
+                if n("status") > 0.0 { format!("HTTP {}", e["status"]) } else { format!("no answer ({})", s("error")) };
+            let next = if n("next_retry_ms") > 0.0 {
+                format!(", next try in {:.1} s", n("next_retry_ms") / 1000.0)
+            } else {
+                String::new()
+            };
+            format!(
+                "attempt {} by {}: {status} in {:.1} ms → {}{next}",
+                e["number"],
+                s("by"),
+                n("latency_ms"),
+                s("outcome")
+            )
         }
         "held" => "held: an earlier turn of its thread is still running".into(),
+        "replayed" => match s("as").as_str() {
+            "" => "replayed by an operator: back on the outbox".into(),
+            new => format!("sent to the bot again by an operator, as delivery {new}"),
+        },
         "superseded" => format!("superseded by the newer message's delivery {}", s("by")),
         "wrote" => {
             let ts = if s("ts").is_empty() { String::new() } else { format!(", posted as {}", s("ts")) };
-            format!("the bot wrote {} in {}: {}{ts} ({} ms at the egress)", s("method"), s("channel"), s("outcome"), e["took_ms"])
+            format!(
+                "the bot wrote {} in {}: {}{ts} ({} ms at the egress)",
+                s("method"),
+                s("channel"),
+                s("outcome"),
+                e["took_ms"]
+            )
         }
         other => other.to_string(),
     }
@@ -106,7 +139,10 @@ mod tests {
         let event = r#"{"token":"legacy","team_id":"T1","event":{"type":"app_mention","text":"the secret plan","user":"U1",
             "blocks":[{"elements":[{"text":"the secret plan"}]}]},"authed":"xoxb-123"}"#;
         let hidden = redact(event, false);
-        assert!(!hidden.contains("legacy") && !hidden.contains("secret plan") && !hidden.contains("xoxb-123"), "{hidden}");
+        assert!(
+            !hidden.contains("legacy") && !hidden.contains("secret plan") && !hidden.contains("xoxb-123"),
+            "{hidden}"
+        );
         assert!(hidden.contains("\"T1\"") && hidden.contains("app_mention"));
         let shown = redact(event, true);
         assert!(shown.contains("the secret plan") && !shown.contains("legacy"), "{shown}");

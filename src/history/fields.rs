@@ -82,6 +82,8 @@ impl Fold {
                     ("ack_ms", format!("{:.2}", a.ack_ms)),
                     ("asks", if a.asks { "1" } else { "0" }.into()),
                     ("conversation", a.conversation.clone()),
+                    ("path", a.path.clone()),
+                    ("content_type", a.content_type.clone()),
                 ] {
                     if !v.is_empty() {
                         self.set.push((k, v));
@@ -111,7 +113,10 @@ impl Fold {
                         "error": a.error, "latency_ms": a.latency_ms, "next_retry_ms": a.next_retry_ms, "by": a.by })
             }
             What::Held => json!({ "what": "held" }),
-            What::Answered { status, ack_ms, kind } => json!({ "what": "answered", "status": status, "ack_ms": ack_ms, "kind": kind }),
+            What::Replayed { as_id } => json!({ "what": "replayed", "as": as_id }),
+            What::Answered { status, ack_ms, kind } => {
+                json!({ "what": "answered", "status": status, "ack_ms": ack_ms, "kind": kind })
+            }
             What::Superseded { by } => json!({ "what": "superseded", "by": by }),
             What::Wrote(w) => {
                 if crate::history::fields::answers(w.outcome) {
@@ -155,7 +160,10 @@ mod tests {
     #[test]
     fn an_arrival_sets_the_status_only_when_none_is_there_and_an_attempt_sets_it_outright() {
         let mut f = Fold::default();
-        f.add(&note(What::Arrived(Box::new(Arrival { outcome: "accepted", channel: "C1".into(), ..Arrival::default() }))), 1);
+        f.add(
+            &note(What::Arrived(Box::new(Arrival { outcome: "accepted", channel: "C1".into(), ..Arrival::default() }))),
+            1,
+        );
         assert_eq!(f.set_nx, vec![("status", "waiting".to_string())]);
         assert!(f.set.contains(&("channel", "C1".to_string())));
         assert_eq!(f.arrived_ms, Some(1_700_000_000_000));

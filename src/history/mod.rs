@@ -91,6 +91,9 @@ pub enum What {
     Superseded { by: String },
     /// A write the bot made through the egress, attributed to this delivery.
     Wrote(Write),
+    /// An operator replayed it: a dead letter back on the outbox (`as_id` empty), or a
+    /// delivered one sent again as the new delivery `as_id`.
+    Replayed { as_id: String },
     /// A Slack request answered without a delivery to keep (refused, a handshake): only the
     /// overview's counts (the note names no delivery).
     Answered { status: u16, ack_ms: f64, kind: &'static str },
@@ -122,6 +125,9 @@ pub struct Arrival {
     /// A DM or group DM, or a message that mentions the bot: what "never answered" watches.
     pub asks: bool,
     pub conversation: String,
+    /// What an operator's replay sends again: the route it came on and its content type.
+    pub path: String,
+    pub content_type: String,
     /// The body as Slack sent it (shown with the `show_text` rule; never its token).
     pub body: Option<Bytes>,
 }
@@ -167,7 +173,8 @@ pub fn status_after(what: &What) -> Option<&'static str> {
         },
         What::Held => "held",
         What::Superseded { .. } => "superseded",
-        What::Absorbed { .. } | What::Wrote(_) | What::Answered { .. } => return None,
+        What::Replayed { as_id } if as_id.is_empty() => "waiting",
+        What::Absorbed { .. } | What::Wrote(_) | What::Answered { .. } | What::Replayed { .. } => return None,
     })
 }
 
@@ -198,15 +205,17 @@ mod tests {
 
     #[test]
     fn statuses_follow_what_happened_last() {
-        let attempt = |outcome| What::Attempt(Attempt {
-            number: 1,
-            outcome,
-            status: 500,
-            error: "",
-            latency_ms: 1.0,
-            next_retry_ms: 0,
-            by: "c".into(),
-        });
+        let attempt = |outcome| {
+            What::Attempt(Attempt {
+                number: 1,
+                outcome,
+                status: 500,
+                error: "",
+                latency_ms: 1.0,
+                next_retry_ms: 0,
+                by: "c".into(),
+            })
+        };
         assert_eq!(status_after(&attempt("retried")), Some("retrying"));
         assert_eq!(status_after(&attempt("dead")), Some("dead"));
         let arrived = What::Arrived(Box::new(Arrival { outcome: "accepted", ..Arrival::default() }));

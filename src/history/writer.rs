@@ -160,6 +160,8 @@ fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Fold)>, Minutes<'static>) {
 /// What a note adds to its minute of the overview.
 fn counted(what: &What) -> Vec<&'static str> {
     match what {
+        // An operator's replay is not Slack's request.
+        What::Arrived(a) if a.via == "replay" => vec![],
         What::Arrived(a) => minute_fields(a.status, a.ack_ms).to_vec(),
         What::Absorbed { ack_ms, .. } => {
             let mut f = minute_fields(200, *ack_ms).to_vec();
@@ -174,7 +176,7 @@ fn counted(what: &What) -> Vec<&'static str> {
             _ => "other",
         }],
         What::Wrote(w) => vec![write_field(w.outcome)],
-        What::Held | What::Superseded { .. } => vec![],
+        What::Held | What::Superseded { .. } | What::Replayed { .. } => vec![],
     }
 }
 
@@ -274,7 +276,8 @@ mod tests {
 
     #[test]
     fn a_batch_folds_per_delivery_and_counts_per_minute() {
-        let arrived = || What::Arrived(Box::new(Arrival { outcome: "accepted", status: 200, ack_ms: 4.0, ..Arrival::default() }));
+        let arrived =
+            || What::Arrived(Box::new(Arrival { outcome: "accepted", status: 200, ack_ms: 4.0, ..Arrival::default() }));
         let attempt = What::Attempt(Attempt {
             number: 1,
             outcome: "delivered",

@@ -9,7 +9,8 @@ use crate::history::{Arrival, Note, What};
 use crate::slack;
 
 /// What the history keeps of `d` (its id `plan.id`), when the history is on.
-pub(super) fn arrival(d: &slack::Delivery, body: &bytes::Bytes, plan: &super::plan::Plan) -> Box<Arrival> {
+pub(super) fn arrival(v: &super::slack_route::Verified, plan: &super::plan::Plan) -> Box<Arrival> {
+    let d = &v.delivery;
     let m = d.message.as_ref();
     let text = |s: Option<&String>| s.cloned().unwrap_or_default();
     Box::new(Arrival {
@@ -24,14 +25,22 @@ pub(super) fn arrival(d: &slack::Delivery, body: &bytes::Bytes, plan: &super::pl
         event_time: d.event_time,
         asks: d.detail == "app_mention" || m.is_some_and(|m| (m.direct || m.mentions_bot) && m.subtype.is_none()),
         conversation: plan.conversation.as_ref().map(slack::Conversation::key).unwrap_or_default(),
-        body: Some(body.clone()),
+        path: v.path.clone(),
+        content_type: String::from_utf8_lossy(&v.content_type).into_owned(),
+        body: Some(v.body.clone()),
         ..Arrival::default()
     })
 }
 
 impl Ingress {
     /// Queue what the history keeps of one answered Slack request of `app`.
-    pub(super) fn remember(&self, app: &str, a: &mut Audit, (status, kind, outcome): (u16, RequestKind, Outcome), ack_ms: f64) {
+    pub(super) fn remember(
+        &self,
+        app: &str,
+        a: &mut Audit,
+        (status, kind, outcome): (u16, RequestKind, Outcome),
+        ack_ms: f64,
+    ) {
         let history = &self.shared.history;
         if !history.is_on() || app.is_empty() {
             return;

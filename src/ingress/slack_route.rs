@@ -199,7 +199,7 @@ impl Ingress {
         let received_ms = now_ms();
         let plan = plan::plan(d, app, self.config.redis.shards, received_ms, rand::random::<u64>());
         if self.shared.history.is_on() {
-            audit.arrival = Some(super::history::arrival(d, &v.body, &plan));
+            audit.arrival = Some(super::history::arrival(&v, &plan));
             audit.history_id.clone_from(&plan.id);
         }
         if let Some(reason) = plan.ignored {

@@ -264,7 +264,18 @@ fn event_delivery(env: &Object, receipt: Option<String>) -> Delivery {
     let team = text(env, "team_id").map(String::from);
     let user = field("user").or_else(|| message.as_ref().and_then(|m| m.user.clone()));
     let event_time = env.get("event_time").and_then(Value::as_u64);
-    Delivery { kind: Kind::Event, receipt, detail, channel, message, bot_users, response_url: None, team, user, event_time }
+    Delivery {
+        kind: Kind::Event,
+        receipt,
+        detail,
+        channel,
+        message,
+        bot_users,
+        response_url: None,
+        team,
+        user,
+        event_time,
+    }
 }
 
 fn message_of(env: &Object, event: &Object, bot_users: &[String]) -> Option<Message> {

@@ -66,15 +66,21 @@ async fn a_deliverys_whole_life_is_kept_and_shown_without_its_token_or_text() {
     let ts = "1700000300.000100";
     let body = mention("EvLife", ts, "C1");
     assert_eq!(send(s.gw.port, Req::signed("/slack/events", body.clone(), SECRET)).await.0, 200);
-    let retry = Req::signed("/slack/events", body, SECRET).header("X-Slack-Retry-Num", "1").header("X-Slack-Retry-Reason", "http_timeout");
+    let retry = Req::signed("/slack/events", body, SECRET)
+        .header("X-Slack-Retry-Num", "1")
+        .header("X-Slack-Retry-Reason", "http_timeout");
     assert_eq!(send(s.gw.port, retry).await.0, 200, "Slack's retry, absorbed");
     assert!(eventually(Duration::from_secs(10), || s.bot.count_body("EvLife") == 2).await, "503, then delivered");
-    let reply = call(s.gw.egress_port, "chat.postMessage", &format!("channel=C1&thread_ts={ts}&text=the+answer"), &[]).await;
+    let reply =
+        call(s.gw.egress_port, "chat.postMessage", &format!("channel=C1&thread_ts={ts}&text=the+answer"), &[]).await;
     assert!(reply.ok(), "{}", reply.body);
 
     let id = delivery_of(&s.gw, "EvLife").await;
     let what = |e: &Value| e["what"].as_str().unwrap_or_default().to_string();
-    let shown = shown_when(&s.gw, &id, |t| t.iter().any(|e| what(e) == "wrote") && t.iter().filter(|e| what(e) == "attempt").count() == 2).await;
+    let shown = shown_when(&s.gw, &id, |t| {
+        t.iter().any(|e| what(e) == "wrote") && t.iter().filter(|e| what(e) == "attempt").count() == 2
+    })
+    .await;
     let t = shown["timeline"].as_array().cloned().unwrap_or_default();
     let kinds: Vec<String> = t.iter().map(what).collect();
     assert_eq!(kinds.iter().filter(|k| *k == "arrived").count(), 1, "{shown:#}");
@@ -89,7 +95,10 @@ async fn a_deliverys_whole_life_is_kept_and_shown_without_its_token_or_text() {
     assert!(wrote["ts"].as_str().is_some_and(|ts| !ts.is_empty()), "the posted reply's ts: {wrote}");
     let summary = &shown["summary"]["fields"];
     assert_eq!((summary["status"].as_str(), summary["replies"].as_str()), (Some("delivered"), Some("1")), "{summary}");
-    assert_eq!((summary["channel"].as_str(), summary["team"].as_str(), summary["user"].as_str()), (Some("C1"), Some("T1"), Some("U1")));
+    assert_eq!(
+        (summary["channel"].as_str(), summary["team"].as_str(), summary["user"].as_str()),
+        (Some("C1"), Some("T1"), Some("U1"))
+    );
     let body = shown["body"].as_str().unwrap_or_default();
     assert!(body.contains("app_mention") && body.contains("EvLife"), "{body}");
     assert!(!body.contains("legacy-verification-token") && !body.contains("secret question"), "{body}");
