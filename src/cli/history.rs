@@ -74,13 +74,13 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
         if o.target.json {
             return print_json(&page);
         }
-        println!(
+        out!(
             "{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}",
             "arrived", "app", "delivery", "what", "channel", "status", "try", "replies", "ack ms"
         );
         for r in &page.rows {
             let what = format!("{} {}", r.get("kind"), r.get("detail"));
-            println!(
+            out!(
                 "{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}",
                 clock(r.received()),
                 r.app,
@@ -94,7 +94,7 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
             );
         }
         if page.more {
-            println!("(more match: narrow the filter or raise --limit)");
+            out!("(more match: narrow the filter or raise --limit)");
         }
         Ok(())
     })
@@ -130,8 +130,8 @@ pub fn show(o: &ShowOpts) -> anyhow::Result<()> {
 
 fn print_detail(d: &query::Detail) {
     let s = &d.summary;
-    println!("{} {} — {} {} — {}", s.app, s.id, s.get("kind"), s.get("detail"), s.get("status"));
-    println!(
+    out!("{} {} — {} {} — {}", s.app, s.id, s.get("kind"), s.get("detail"), s.get("status"));
+    out!(
         "team {}  channel {}  user {}  ts {}  thread {}",
         s.get("team"),
         s.get("channel"),
@@ -139,22 +139,22 @@ fn print_detail(d: &query::Detail) {
         s.get("ts"),
         s.get("thread")
     );
-    println!("receipt {}  conversation {}", s.get("receipt"), s.get("conversation"));
+    out!("receipt {}  conversation {}", s.get("receipt"), s.get("conversation"));
     if let Some(t) = s.get("event_time").parse::<u64>().ok().filter(|t| *t > 0) {
         let gap = s.received() as i64 - (t * 1000) as i64;
-        println!("Slack's event_time {} UTC, arrived {:.1} s later", clock(t * 1000), gap as f64 / 1000.0);
+        out!("Slack's event_time {} UTC, arrived {:.1} s later", clock(t * 1000), gap as f64 / 1000.0);
     }
     let start = s.received();
     for e in &d.timeline {
         let at = e["at"].as_u64().unwrap_or(start);
-        println!("  {} (+{:>7.3} s)  {}", clock(at), (at as i64 - start as i64) as f64 / 1000.0, describe(e));
+        out!("  {} (+{:>7.3} s)  {}", clock(at), (at as i64 - start as i64) as f64 / 1000.0, describe(e));
         if let Some(link) =
             message_link(e["channel"].as_str().unwrap_or_default(), e["ts"].as_str().unwrap_or_default())
         {
-            println!("{:>26}{link}", "");
+            out!("{:>26}{link}", "");
         }
     }
     if let Some(body) = &d.body {
-        println!("\n{body}");
+        out!("\n{body}");
     }
 }

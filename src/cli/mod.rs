@@ -6,6 +6,27 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, Overrides};
 
+/// `println!` for the commands: a closed pipe (`slackgate deliveries | head`) ends the command
+/// quietly, as it does any Unix tool, instead of panicking on the write.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            $crate::cli::stdout_closed(e)
+        }
+    }};
+}
+pub(crate) use out;
+
+/// The end of a command whose standard output went away.
+pub(crate) fn stdout_closed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("cannot write the output: {e}");
+    std::process::exit(1)
+}
+
 mod history;
 mod ops;
 mod run;
@@ -122,33 +143,33 @@ pub fn main() -> anyhow::Result<()> {
 
 fn check(opt: &ConfigOpt, replicas: u16) -> anyhow::Result<()> {
     let config = Config::from_file(&opt.config, &Overrides::default())?;
-    println!("{}: ok", opt.config.display());
-    println!("listen {}  admin {}", config.server.listen, config.server.admin_listen.as_deref().unwrap_or("off"));
-    println!("redis {}", config.redis.target.describe());
-    println!("  {}", config.redis.describe_access());
+    out!("{}: ok", opt.config.display());
+    out!("listen {}  admin {}", config.server.listen, config.server.admin_listen.as_deref().unwrap_or("off"));
+    out!("redis {}", config.redis.target.describe());
+    out!("  {}", config.redis.describe_access());
     for app in &config.apps {
-        println!("app {} -> {}", app.name, app.upstream.url);
+        out!("app {} -> {}", app.name, app.upstream.url);
         let mut slack = vec![&app.events_path, &app.commands_path, &app.interactivity_path];
         slack.dedup();
         for p in slack {
-            println!("  POST {p}  (verified, recorded, acked, delivered)");
+            out!("  POST {p}  (verified, recorded, acked, delivered)");
         }
         for p in &app.passthrough {
-            println!("  *    {p}  (passthrough)");
+            out!("  *    {p}  (passthrough)");
         }
         if let Some(s) = &app.socket_mode {
-            println!(
+            out!(
                 "  socket mode: {} connections to Slack per process, apps.connections.open at {}",
                 s.connections, s.api_url.url
             );
         }
         if app.upstream.socket {
-            println!("  the bot connects in over Socket Mode at ws://{}", config.server.socket_listen);
+            out!("  the bot connects in over Socket Mode at ws://{}", config.server.socket_listen);
         }
         let t = &app.turns;
         if t.is_on() {
             let newer = if t.withhold_on_newer { "withhold" } else { "post" };
-            println!(
+            out!(
                 "  turns: order {}, end {}, on_newer {newer}, quiet {:?}, pass_after {:?}, timeout {:?}",
                 t.order.as_str(),
                 t.end.as_str(),
@@ -159,7 +180,7 @@ fn check(opt: &ConfigOpt, replicas: u16) -> anyhow::Result<()> {
         }
     }
     for w in crate::config::socket_warnings(&config.apps, replicas.max(1)) {
-        println!("warning: {w}");
+        out!("warning: {w}");
     }
     Ok(())
 }

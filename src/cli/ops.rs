@@ -90,7 +90,7 @@ fn age(ms: u64) -> String {
 }
 
 pub(super) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    out!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
@@ -101,13 +101,13 @@ pub fn stats(t: &Target) -> anyhow::Result<()> {
         if t.json {
             return print_json(&stats);
         }
-        println!(
+        out!(
             "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14} {:>6} {:>10}",
             "app", "ready", "in_flight", "scheduled", "dead", "oldest", "delivered/min", "held", "superseded"
         );
         for s in stats {
             let st = &s.stats;
-            println!(
+            out!(
                 "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14} {:>6} {:>10}",
                 s.app,
                 st.ready,
@@ -122,7 +122,7 @@ pub fn stats(t: &Target) -> anyhow::Result<()> {
         }
         if ops.egress_enabled() {
             let notes = ops.egress_notes(&Default::default()).await?;
-            println!(
+            out!(
                 "egress, last day: {} withheld, {} unknown (`slackgate egress` lists them)",
                 notes.withheld_total, notes.unknown_total
             );
@@ -137,16 +137,16 @@ pub fn egress(t: &Target) -> anyhow::Result<()> {
         if t.json {
             return print_json(&notes);
         }
-        println!("withheld in the last day: {} (newest {} below)", notes.withheld_total, notes.withheld.len());
+        out!("withheld in the last day: {} (newest {} below)", notes.withheld_total, notes.withheld.len());
         for n in &notes.withheld {
-            println!(
+            out!(
                 "  {} {} in {} (source {}, delivery {})",
                 n["reason"], n["method"], n["channel"], n["source_ts"], n["delivery"]
             );
         }
-        println!("unknown outcome in the last day: {} (newest {} below)", notes.unknown_total, notes.unknown.len());
+        out!("unknown outcome in the last day: {} (newest {} below)", notes.unknown_total, notes.unknown.len());
         for n in &notes.unknown {
-            println!("  {} in {}", n["method"], n["channel"]);
+            out!("  {} in {}", n["method"], n["channel"]);
         }
         Ok(())
     })
@@ -162,13 +162,13 @@ pub fn dlq(t: &Target, action: DlqAction) -> anyhow::Result<()> {
                 if t.json {
                     return print_json(&letters);
                 }
-                println!("{:<12} {:<20} {:>9} {:>6} {:>8}  error", "app", "delivery", "parked", "status", "attempts");
+                out!("{:<12} {:<20} {:>9} {:>6} {:>8}  error", "app", "delivery", "parked", "status", "attempts");
                 let now = crate::clock::now_ms();
                 for d in letters {
                     let l = &d.letter;
                     let status = l.status.map_or_else(|| "-".to_string(), |s| s.to_string());
                     let parked = age(now.saturating_sub(l.parked_ms).max(1));
-                    println!(
+                    out!(
                         "{:<12} {:<20} {:>9} {:>6} {:>8}  {}",
                         d.app, l.delivery, parked, status, l.attempts, l.error
                     );
@@ -179,16 +179,16 @@ pub fn dlq(t: &Target, action: DlqAction) -> anyhow::Result<()> {
                 if t.json {
                     return print_json(&d);
                 }
-                println!(
+                out!(
                     "app:          {}\ndelivery:     {}\nkind:         {} {}",
                     d.app, d.delivery, d.kind, d.detail
                 );
-                println!("path:         {}\ncontent type: {}\nattempts:     {}", d.path, d.content_type, d.attempts);
+                out!("path:         {}\ncontent type: {}\nattempts:     {}", d.path, d.content_type, d.attempts);
                 let status = d.last_status.map_or_else(|| "-".to_string(), |s| s.to_string());
-                println!("last status:  {status}\nlast error:   {}\n\n{}", d.last_error, d.body);
+                out!("last status:  {status}\nlast error:   {}\n\n{}", d.last_error, d.body);
             }
-            DlqAction::Replay { id: Some(id), .. } => ops.replay(app, &id).await.map(|_| println!("replayed {id}"))?,
-            DlqAction::Purge { id: Some(id), .. } => ops.purge(app, &id).await.map(|_| println!("purged {id}"))?,
+            DlqAction::Replay { id: Some(id), .. } => ops.replay(app, &id).await.map(|_| out!("replayed {id}"))?,
+            DlqAction::Purge { id: Some(id), .. } => ops.purge(app, &id).await.map(|_| out!("purged {id}"))?,
             DlqAction::Replay { id: None, all: true } => all(&ops, app, false, t.json).await?,
             DlqAction::Purge { id: None, all: true } => all(&ops, app, true, t.json).await?,
             DlqAction::Replay { .. } | DlqAction::Purge { .. } => anyhow::bail!("give a delivery id or --all"),
@@ -218,9 +218,9 @@ async fn all(ops: &Ops, app: Option<&str>, purge: bool, json: bool) -> anyhow::R
         return print_json(&serde_json::json!({ verb: n.done, "skipped": n.skipped }));
     }
     eprintln!();
-    println!("{verb} {}", n.done);
+    out!("{verb} {}", n.done);
     if n.skipped > 0 {
-        println!("skipped {} (no longer dead)", n.skipped);
+        out!("skipped {} (no longer dead)", n.skipped);
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `sim receive`: a fast bot that checks what the gateway forwards.
 
+use crate::cli::out;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io::Write;
@@ -130,20 +131,20 @@ fn report(o: &ReceiveOpts, bot: &Bot) -> anyhow::Result<()> {
             "expected": lost.as_ref().map(|(n, _)| *n), "lost": lost.as_ref().map(|(_, m)| m.len()),
             "send_to_delivery": latency_json(&h),
         });
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        out!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         eprintln!();
-        println!("sim receive: {} deliveries of {} events", bot.received.load(Ordering::Relaxed), per_event.len());
-        println!("  duplicated deliveries {duplicated}  bad signatures {}", bot.bad_signatures.load(Ordering::Relaxed));
+        out!("sim receive: {} deliveries of {} events", bot.received.load(Ordering::Relaxed), per_event.len());
+        out!("  duplicated deliveries {duplicated}  bad signatures {}", bot.bad_signatures.load(Ordering::Relaxed));
         if let Some((n, missing)) = &lost {
             let sample: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-            println!(
+            out!(
                 "  expected {n}  lost {} {}",
                 missing.len(),
                 if missing.is_empty() { String::new() } else { format!("(e.g. {})", sample.join(", ")) }
             );
         }
-        println!("  send to delivery {}", latency_line(&h));
+        out!("  send to delivery {}", latency_line(&h));
     }
     if lost.is_some_and(|(_, m)| !m.is_empty()) || bot.bad_signatures.load(Ordering::Relaxed) > 0 {
         anyhow::bail!("events were lost or signatures failed");

@@ -1,5 +1,6 @@
 //! `sim send`: Slack's side.
 
+use crate::cli::out;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -304,17 +305,17 @@ fn report(sim: &Sim, elapsed: Duration) -> anyhow::Result<()> {
             "ok_first_attempts": ok.len(), "refused_first_attempts": refused.len(),
             "answers_over_2s": load(&t.over_2s), "answers_over_3s": load(&t.over_3s),
         });
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        out!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
-    println!("sim send: {mode}, {:.1} s", elapsed.as_secs_f64());
-    println!(
+    out!("sim send: {mode}, {:.1} s", elapsed.as_secs_f64());
+    out!(
         "  events {}  acked {}  failed after Slack's retries {}",
         load(&t.events),
         load(&t.acked),
         load(&t.failed)
     );
-    println!(
+    out!(
         "  requests {}  retries {}  timeouts (3 s) {}  connection errors {}",
         load(&t.requests),
         load(&t.retries),
@@ -322,12 +323,12 @@ fn report(sim: &Sim, elapsed: Duration) -> anyhow::Result<()> {
         load(&t.connection_errors)
     );
     let statuses: Vec<String> = statuses.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-    println!("  statuses {}", statuses.join(", "));
-    println!("  acked/s {:.0}", load(&t.acked) as f64 / elapsed.as_secs_f64());
-    println!("  ack latency (first attempts) {}", latency_line(&h));
-    println!("    answered 2xx ({}) {}", ok.len(), latency_line(&ok));
-    println!("    answered otherwise ({}) {}", refused.len(), latency_line(&refused));
-    println!("  turned away, from each send ({}) {}", refused_service.len(), latency_line(&refused_service));
-    println!("  answers slower than 2 s {}, than 3 s {}", load(&t.over_2s), load(&t.over_3s));
+    out!("  statuses {}", statuses.join(", "));
+    out!("  acked/s {:.0}", load(&t.acked) as f64 / elapsed.as_secs_f64());
+    out!("  ack latency (first attempts) {}", latency_line(&h));
+    out!("    answered 2xx ({}) {}", ok.len(), latency_line(&ok));
+    out!("    answered otherwise ({}) {}", refused.len(), latency_line(&refused));
+    out!("  turned away, from each send ({}) {}", refused_service.len(), latency_line(&refused_service));
+    out!("  answers slower than 2 s {}, than 3 s {}", load(&t.over_2s), load(&t.over_3s));
     Ok(())
 }
