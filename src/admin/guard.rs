@@ -1,6 +1,7 @@
 //! Who may reach the admin API, checked before a route acts: the `Host` allow-list (DNS
 //! rebinding), the token, and the rule for writes (POST, an `Authorization` header, no
-//! `Origin`, so a browser page cannot trigger them).
+//! `Origin`, so a browser page cannot trigger them). With `[server] admin_read_token` too,
+//! either token reads and only `admin_token` writes.
 
 use http::Method;
 
@@ -13,6 +14,8 @@ pub(super) enum Refusal {
     Token,
     Method,
     Browser,
+    /// The read-only token on a route that changes state.
+    ReadOnly,
 }
 
 pub(super) fn refusal_message(r: Refusal) -> &'static str {
@@ -21,6 +24,9 @@ pub(super) fn refusal_message(r: Refusal) -> &'static str {
         Refusal::Token => "Authorization required",
         Refusal::Method => "state-changing routes are POST-only",
         Refusal::Browser => "refused: a request carrying Origin",
+        Refusal::ReadOnly => {
+            "the read-only token (admin_read_token) can look but not act: this route wants server.admin_token"
+        }
     }
 }
 
@@ -68,18 +74,25 @@ fn port_ok(port: &str) -> bool {
     port.strip_prefix(':').is_some_and(|p| p.parse::<u16>().is_ok())
 }
 
-/// The checks every API request passes before it is served.
+/// The checks every API request passes before it is served. `token` and `read_token`: the
+/// configured `admin_token` and `admin_read_token` (the latter counts only beside the former).
 pub(super) fn admit(
     method: &Method,
     access: Access,
     headers: &http::HeaderMap,
     token: Option<&Secret>,
+    read_token: Option<&Secret>,
 ) -> Result<(), Refusal> {
     let authorization = headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+    let mut read_only = false;
     if let Some(token) = token {
         let given = authorization.and_then(|h| h.strip_prefix(b"Bearer ")).unwrap_or_default();
-        if Secret::new(&String::from_utf8_lossy(given)) != *token {
-            return Err(Refusal::Token);
+        let given = Secret::new(&String::from_utf8_lossy(given));
+        if given != *token {
+            read_only = read_token.is_some_and(|r| given == *r);
+            if !read_only {
+                return Err(Refusal::Token);
+            }
         }
     }
     if access == Access::Write {
@@ -91,6 +104,9 @@ pub(super) fn admit(
         }
         if headers.contains_key(http::header::ORIGIN) {
             return Err(Refusal::Browser);
+        }
+        if read_only {
+            return Err(Refusal::ReadOnly);
         }
     } else if method != Method::GET && method != Method::HEAD {
         return Err(Refusal::Method);
@@ -120,24 +136,55 @@ mod tests {
     #[test]
     fn writes_are_post_with_authorization_and_no_origin() {
         let mut h = http::HeaderMap::new();
-        assert_eq!(admit(&Method::GET, Access::Read, &h, None), Ok(()));
-        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Err(Refusal::Token));
+        assert_eq!(admit(&Method::GET, Access::Read, &h, None, None), Ok(()));
+        assert_eq!(admit(&Method::POST, Access::Write, &h, None, None), Err(Refusal::Token));
         h.insert("authorization", "Bearer anything".parse().unwrap());
-        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Ok(()));
-        assert_eq!(admit(&Method::GET, Access::Write, &h, None), Err(Refusal::Method));
-        assert_eq!(admit(&Method::DELETE, Access::Write, &h, None), Err(Refusal::Method));
-        assert_eq!(admit(&Method::POST, Access::Read, &h, None), Err(Refusal::Method));
+        assert_eq!(admit(&Method::POST, Access::Write, &h, None, None), Ok(()));
+        assert_eq!(admit(&Method::GET, Access::Write, &h, None, None), Err(Refusal::Method));
+        assert_eq!(admit(&Method::DELETE, Access::Write, &h, None, None), Err(Refusal::Method));
+        assert_eq!(admit(&Method::POST, Access::Read, &h, None, None), Err(Refusal::Method));
         h.insert("origin", "https://evil.example".parse().unwrap());
-        assert_eq!(admit(&Method::POST, Access::Write, &h, None), Err(Refusal::Browser));
+        assert_eq!(admit(&Method::POST, Access::Write, &h, None, None), Err(Refusal::Browser));
         h.remove("origin");
         let token = Secret::new("the-right-token-123");
-        assert_eq!(admit(&Method::POST, Access::Write, &h, Some(&token)), Err(Refusal::Token));
-        assert_eq!(admit(&Method::GET, Access::Read, &h, Some(&token)), Err(Refusal::Token));
+        assert_eq!(admit(&Method::POST, Access::Write, &h, Some(&token), None), Err(Refusal::Token));
+        assert_eq!(admit(&Method::GET, Access::Read, &h, Some(&token), None), Err(Refusal::Token));
         h.insert("authorization", "Bearer the-right-token-123".parse().unwrap());
-        assert_eq!(admit(&Method::POST, Access::Write, &h, Some(&token)), Ok(()));
+        assert_eq!(admit(&Method::POST, Access::Write, &h, Some(&token), None), Ok(()));
         assert_eq!(access("/dlq/bot/0-ab/purge"), Some(Access::Write));
         assert_eq!(access("/dlq/bot/replay"), Some(Access::Write));
         assert_eq!(access("/dlq/bot/0-ab"), Some(Access::Read));
         assert_eq!(access("/nope"), None);
+    }
+
+    #[test]
+    fn the_read_token_reads_and_never_writes() {
+        let (token, read) = (Secret::new("the-admin-token-123"), Secret::new("the-read-token-4567"));
+        let tokens = (Some(&token), Some(&read));
+        let with = |bearer: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert("authorization", format!("Bearer {bearer}").parse().unwrap());
+            h
+        };
+        let check = |method: &Method, access: Access, h: &http::HeaderMap| admit(method, access, h, tokens.0, tokens.1);
+        // Either token reads; only the admin token writes.
+        assert_eq!(check(&Method::GET, Access::Read, &with("the-read-token-4567")), Ok(()));
+        assert_eq!(check(&Method::GET, Access::Read, &with("the-admin-token-123")), Ok(()));
+        assert_eq!(check(&Method::POST, Access::Write, &with("the-read-token-4567")), Err(Refusal::ReadOnly));
+        assert_eq!(check(&Method::POST, Access::Write, &with("the-admin-token-123")), Ok(()));
+        // Neither, a prefix of one, or none: 401 as before.
+        for bad in ["nope", "the-read-token", "the-read-token-45678", ""] {
+            assert_eq!(check(&Method::GET, Access::Read, &with(bad)), Err(Refusal::Token), "{bad}");
+            assert_eq!(check(&Method::POST, Access::Write, &with(bad)), Err(Refusal::Token), "{bad}");
+        }
+        assert_eq!(check(&Method::GET, Access::Read, &http::HeaderMap::new()), Err(Refusal::Token));
+        // The other write rules come first: the method, then Origin.
+        assert_eq!(check(&Method::GET, Access::Write, &with("the-read-token-4567")), Err(Refusal::Method));
+        let mut h = with("the-read-token-4567");
+        h.insert("origin", "https://evil.example".parse().unwrap());
+        assert_eq!(check(&Method::POST, Access::Write, &h), Err(Refusal::Browser));
+        // Without an admin token a read token means nothing (config refuses it anyway).
+        assert_eq!(admit(&Method::GET, Access::Read, &with("x"), None, Some(&read)), Ok(()));
+        assert!(refusal_message(Refusal::ReadOnly).contains("can look but not act"));
     }
 }

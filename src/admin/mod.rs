@@ -69,7 +69,7 @@ enum AdminError {
 impl AdminError {
     fn status(&self) -> StatusCode {
         match self {
-            AdminError::Refused(Refusal::Host | Refusal::Browser) => StatusCode::FORBIDDEN,
+            AdminError::Refused(Refusal::Host | Refusal::Browser | Refusal::ReadOnly) => StatusCode::FORBIDDEN,
             AdminError::Refused(Refusal::Token) => StatusCode::UNAUTHORIZED,
             AdminError::Refused(Refusal::Method) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NotFound => StatusCode::NOT_FOUND,
@@ -340,7 +340,8 @@ impl Admin {
             _ => {}
         }
         let access = access(&path).ok_or(AdminError::NotFound)?;
-        admit(&method, access, &head.headers, config.server.admin_token.as_ref()).map_err(AdminError::Refused)?;
+        let tokens = (config.server.admin_token.as_ref(), config.server.admin_read_token.as_ref());
+        admit(&method, access, &head.headers, tokens.0, tokens.1).map_err(AdminError::Refused)?;
         self.api(&path, &query).await
     }
 }

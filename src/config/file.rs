@@ -34,6 +34,7 @@ pub struct ServerSection {
     pub threads: Option<usize>,
     pub shutdown_grace: Option<String>,
     pub admin_token: Option<String>,
+    pub admin_read_token: Option<String>,
     #[serde(default)]
     pub admin_hosts: Vec<String>,
     #[serde(default)]

@@ -87,6 +87,9 @@ pub struct ServerConfig {
     /// When set, the admin API (all but /healthz, /readyz and /metrics) wants
     /// `Authorization: Bearer`. Required when `admin_listen` is not a loopback address.
     pub admin_token: Option<Secret>,
+    /// A second token that may read what `admin_token` may (the admin API's GET routes, the
+    /// operator pages) but change nothing. Only with `admin_token`, and never equal to it.
+    pub admin_read_token: Option<Secret>,
     /// Names the admin listener answers to besides IP literals and `localhost` (a request
     /// with any other `Host` is refused: DNS rebinding).
     pub admin_hosts: Vec<String>,

@@ -36,7 +36,8 @@ impl Validator<'_> {
             return Err(self.err("server.threads", "must be between 1 and 256"));
         }
         let shutdown_grace = self.duration("server.shutdown_grace", &s.shutdown_grace, Duration::from_secs(10))?;
-        let admin_token = self.admin_token(&s.admin_token)?;
+        let admin_token = self.token("server.admin_token", &s.admin_token)?;
+        let admin_read_token = self.read_token(&s.admin_read_token, admin_token.as_ref())?;
         if let Some(addr) = &admin_listen {
             let loopback = addr.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_loopback());
             if !loopback && admin_token.is_none() && !self.secrets_optional {
@@ -62,6 +63,7 @@ impl Validator<'_> {
             threads,
             shutdown_grace,
             admin_token,
+            admin_read_token,
             admin_hosts,
             response_url_hosts,
             limits: self.limits(raw)?,
@@ -99,21 +101,37 @@ impl Validator<'_> {
         Ok(Some(admin))
     }
 
-    fn admin_token(&self, value: &Option<String>) -> Result<Option<Secret>, ConfigError> {
+    /// A token for the admin API: `"${ENV_VAR}"`, at least 16 characters.
+    fn token(&self, key: &str, value: &Option<String>) -> Result<Option<Secret>, ConfigError> {
         let Some(t) = value else { return Ok(None) };
         if !t.contains("${") {
-            return Err(
-                self.err("server.admin_token", "write \"${ENV_VAR}\": secrets never live in gateway.toml itself")
-            );
+            return Err(self.err(key, "write \"${ENV_VAR}\": secrets never live in gateway.toml itself"));
         }
         let value = match interpolate(t) {
             Err(_) if self.secrets_optional => String::new(),
-            r => r.map_err(|m| self.err("server.admin_token", m))?,
+            r => r.map_err(|m| self.err(key, m))?,
         };
         if value.len() < 16 && !self.secrets_optional {
-            return Err(self.err("server.admin_token", "must be at least 16 characters"));
+            return Err(self.err(key, "must be at least 16 characters"));
         }
         Ok(Some(Secret::new(&value)))
+    }
+
+    /// `admin_read_token`: as `admin_token`, only beside it, and a token of its own.
+    fn read_token(&self, value: &Option<String>, admin: Option<&Secret>) -> Result<Option<Secret>, ConfigError> {
+        const KEY: &str = "server.admin_read_token";
+        let Some(read) = self.token(KEY, value)? else { return Ok(None) };
+        let Some(admin) = admin else {
+            return Err(self.err(
+                KEY,
+                "needs server.admin_token: without it anyone may write, so a read-only token limits nothing",
+            ));
+        };
+        // Without the secrets (operator commands) both may be empty: nothing to compare.
+        if read == *admin && !self.secrets_optional {
+            return Err(self.err(KEY, "must differ from server.admin_token (it would grant writes too)"));
+        }
+        Ok(Some(read))
     }
 
     /// Host names (optionally `:port`), lower-cased.

@@ -171,7 +171,7 @@ impl UiAuth {
         let Some(id) = session_id(headers) else { return Ok(None) };
         let key = session_key(&self.keys, id);
         let stored: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut self.conn.clone()).await?;
-        // A role whose token is no longer configured (a reload removed it) ends its sessions.
+        // Sessions outlive the process: a role whose token is no longer configured ends them.
         let role = stored.as_deref().and_then(Role::from_label).filter(|r| still_granted(server, *r));
         Ok(role.map(|role| Viewer { role, csrf: session_csrf(id), session: Some(key) }))
     }
@@ -188,7 +188,7 @@ impl UiAuth {
         let given = Secret::new(token);
         let matched = if given == *admin {
             Some(Role::Admin)
-        } else if None::<&Secret>.is_some_and(|r| given == *r) {
+        } else if server.admin_read_token.as_ref().is_some_and(|r| given == *r) {
             Some(Role::Read)
         } else {
             None
@@ -284,7 +284,7 @@ fn still_granted(server: &ServerConfig, role: Role) -> bool {
     server.admin_token.is_some()
         && match role {
             Role::Admin => true,
-            Role::Read => false,
+            Role::Read => server.admin_read_token.is_some(),
         }
 }
 
@@ -353,3 +353,6 @@ impl Throttle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -33,4 +33,5 @@ mod socket_mode;
 mod store_outage;
 mod turn_rules;
 mod turns;
+mod ui_auth;
 mod unsigned;

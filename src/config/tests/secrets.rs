@@ -199,3 +199,50 @@ fn a_literal_password_in_a_redis_url_is_refused_with_the_key_named() {
     let c = load_with(&format!("[redis]\n{a}"), &ov).unwrap();
     assert!(matches!(c.redis.target, RedisTarget::Url(_)));
 }
+
+#[test]
+fn a_read_token_comes_from_the_environment_beside_the_admin_token() {
+    let a = app("a", "SG_CFG_READ_TOKEN_APP", "");
+    set_env("SG_CFG_READ_TOKEN_ADMIN", "admin-token-0123456789");
+    set_env("SG_CFG_READ_TOKEN_READ", "read-token-0123456789");
+    set_env("SG_CFG_READ_TOKEN_SHORT", "short");
+    let admin = "admin_token = \"${SG_CFG_READ_TOKEN_ADMIN}\"";
+    let server = |extra: &str| format!("[server]\n{extra}\n{a}");
+    let c = load(&server(&format!("{admin}\nadmin_read_token = \"${{SG_CFG_READ_TOKEN_READ}}\""))).unwrap();
+    assert_eq!(c.server.admin_read_token.as_ref().map(Secret::expose), Some(&b"read-token-0123456789"[..]));
+    assert_eq!(c.server.admin_token.as_ref().map(Secret::expose), Some(&b"admin-token-0123456789"[..]));
+    assert!(!format!("{c:?}").contains("read-token-0123456789"), "never in Debug");
+    assert_eq!(load(&server(admin)).unwrap().server.admin_read_token, None);
+    // Literal, unset, short: refused, the key named, the literal not echoed.
+    let err = load_err(&server(&format!("{admin}\nadmin_read_token = \"literal-read-hunter2\"")));
+    assert_err(&err, "server.admin_read_token");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    let err = load_err(&server(&format!("{admin}\nadmin_read_token = \"${{SG_CFG_READ_TOKEN_UNSET_9c1}}\"")));
+    assert_err(&err, "server.admin_read_token");
+    assert!(err.message.contains("SG_CFG_READ_TOKEN_UNSET_9c1"), "{err}");
+    let err = load_err(&server(&format!("{admin}\nadmin_read_token = \"${{SG_CFG_READ_TOKEN_SHORT}}\"")));
+    assert_err(&err, "server.admin_read_token");
+    assert!(err.message.contains("16 characters"), "{err}");
+}
+
+#[test]
+fn a_read_token_alone_or_equal_to_the_admin_token_is_refused() {
+    let a = app("a", "SG_CFG_READ_ALONE_APP", "");
+    set_env("SG_CFG_READ_ALONE_TOKEN", "read-token-0123456789");
+    let read = "admin_read_token = \"${SG_CFG_READ_ALONE_TOKEN}\"";
+    let err = load_err(&format!("[server]\n{read}\n{a}"));
+    assert_err(&err, "server.admin_read_token");
+    assert!(err.message.contains("needs server.admin_token"), "{err}");
+    // The same value under two names: a read token that could write.
+    set_env("SG_CFG_READ_ALONE_SAME", "read-token-0123456789");
+    let err = load_err(&format!("[server]\nadmin_token = \"${{SG_CFG_READ_ALONE_SAME}}\"\n{read}\n{a}"));
+    assert_err(&err, "server.admin_read_token");
+    assert!(err.message.contains("must differ from server.admin_token"), "{err}");
+    assert!(!err.to_string().contains("read-token-0123456789"), "{err}");
+    // Operator commands read the file without the secrets: two unset variables are no clash,
+    // but a read token without an admin token is still refused.
+    let ov = Overrides { secrets_optional: true, ..Overrides::default() };
+    let unset = "admin_token = \"${SG_CFG_READ_ALONE_UNSET_1}\"\nadmin_read_token = \"${SG_CFG_READ_ALONE_UNSET_2}\"";
+    assert!(load_with(&format!("[server]\n{unset}\n{a}"), &ov).is_ok());
+    assert_eq!(load_with(&format!("[server]\n{read}\n{a}"), &ov).unwrap_err().key, "server.admin_read_token");
+}
