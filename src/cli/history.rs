@@ -76,7 +76,15 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
         }
         out!(
             "{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}",
-            "arrived", "app", "delivery", "what", "channel", "status", "try", "replies", "ack ms"
+            "arrived",
+            "app",
+            "delivery",
+            "what",
+            "channel",
+            "status",
+            "try",
+            "replies",
+            "ack ms"
         );
         for r in &page.rows {
             let what = format!("{} {}", r.get("kind"), r.get("detail"));

@@ -160,7 +160,8 @@ fn check(opt: &ConfigOpt, replicas: u16) -> anyhow::Result<()> {
         if let Some(s) = &app.socket_mode {
             out!(
                 "  socket mode: {} connections to Slack per process, apps.connections.open at {}",
-                s.connections, s.api_url.url
+                s.connections,
+                s.api_url.url
             );
         }
         if app.upstream.socket {

@@ -103,7 +103,15 @@ pub fn stats(t: &Target) -> anyhow::Result<()> {
         }
         out!(
             "{:<20} {:>8} {:>9} {:>9} {:>8} {:>8} {:>14} {:>6} {:>10}",
-            "app", "ready", "in_flight", "scheduled", "dead", "oldest", "delivered/min", "held", "superseded"
+            "app",
+            "ready",
+            "in_flight",
+            "scheduled",
+            "dead",
+            "oldest",
+            "delivered/min",
+            "held",
+            "superseded"
         );
         for s in stats {
             let st = &s.stats;
@@ -124,7 +132,8 @@ pub fn stats(t: &Target) -> anyhow::Result<()> {
             let notes = ops.egress_notes(&Default::default()).await?;
             out!(
                 "egress, last day: {} withheld, {} unknown (`slackgate egress` lists them)",
-                notes.withheld_total, notes.unknown_total
+                notes.withheld_total,
+                notes.unknown_total
             );
         }
         Ok(())
@@ -141,7 +150,11 @@ pub fn egress(t: &Target) -> anyhow::Result<()> {
         for n in &notes.withheld {
             out!(
                 "  {} {} in {} (source {}, delivery {})",
-                n["reason"], n["method"], n["channel"], n["source_ts"], n["delivery"]
+                n["reason"],
+                n["method"],
+                n["channel"],
+                n["source_ts"],
+                n["delivery"]
             );
         }
         out!("unknown outcome in the last day: {} (newest {} below)", notes.unknown_total, notes.unknown.len());
@@ -168,10 +181,7 @@ pub fn dlq(t: &Target, action: DlqAction) -> anyhow::Result<()> {
                     let l = &d.letter;
                     let status = l.status.map_or_else(|| "-".to_string(), |s| s.to_string());
                     let parked = age(now.saturating_sub(l.parked_ms).max(1));
-                    out!(
-                        "{:<12} {:<20} {:>9} {:>6} {:>8}  {}",
-                        d.app, l.delivery, parked, status, l.attempts, l.error
-                    );
+                    out!("{:<12} {:<20} {:>9} {:>6} {:>8}  {}", d.app, l.delivery, parked, status, l.attempts, l.error);
                 }
             }
             DlqAction::Show { id } => {
@@ -179,10 +189,7 @@ pub fn dlq(t: &Target, action: DlqAction) -> anyhow::Result<()> {
                 if t.json {
                     return print_json(&d);
                 }
-                out!(
-                    "app:          {}\ndelivery:     {}\nkind:         {} {}",
-                    d.app, d.delivery, d.kind, d.detail
-                );
+                out!("app:          {}\ndelivery:     {}\nkind:         {} {}", d.app, d.delivery, d.kind, d.detail);
                 out!("path:         {}\ncontent type: {}\nattempts:     {}", d.path, d.content_type, d.attempts);
                 let status = d.last_status.map_or_else(|| "-".to_string(), |s| s.to_string());
                 out!("last status:  {status}\nlast error:   {}\n\n{}", d.last_error, d.body);

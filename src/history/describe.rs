@@ -71,6 +71,7 @@ pub fn describe(e: &Value) -> String {
         r => format!(", Slack's retry {r} ({})", s("retry_reason")),
     };
     match e["what"].as_str().unwrap_or_default() {
+        "arrived" if s("via") == "replay" => s("reason"),
         "arrived" => {
             let reason = if s("reason").is_empty() { String::new() } else { format!(" — {}", s("reason")) };
             format!(

@@ -79,7 +79,7 @@ impl Fold {
                     ("receipt", a.receipt.clone()),
                     ("via", text(a.via)),
                     ("received", note.at_ms.to_string()),
-                    ("ack_ms", format!("{:.2}", a.ack_ms)),
+                    ("ack_ms", if a.via == "replay" { String::new() } else { format!("{:.2}", a.ack_ms) }),
                     ("asks", if a.asks { "1" } else { "0" }.into()),
                     ("conversation", a.conversation.clone()),
                     ("path", a.path.clone()),

@@ -309,12 +309,7 @@ fn report(sim: &Sim, elapsed: Duration) -> anyhow::Result<()> {
         return Ok(());
     }
     out!("sim send: {mode}, {:.1} s", elapsed.as_secs_f64());
-    out!(
-        "  events {}  acked {}  failed after Slack's retries {}",
-        load(&t.events),
-        load(&t.acked),
-        load(&t.failed)
-    );
+    out!("  events {}  acked {}  failed after Slack's retries {}", load(&t.events), load(&t.acked), load(&t.failed));
     out!(
         "  requests {}  retries {}  timeouts (3 s) {}  connection errors {}",
         load(&t.requests),

@@ -415,7 +415,10 @@ fn gap(s: &Summary) -> String {
         0 => String::new(),
         t => {
             let gap = s.received() as f64 / 1000.0 - t as f64;
-            format!("Slack's event_time is {} UTC; the gateway had it {gap:.1} s later.", clock(t * 1000))
+            format!(
+                "Slack's event_time (whole seconds) is {} UTC; the gateway had it {gap:.1} s later.",
+                clock(t * 1000)
+            )
         }
     }
 }

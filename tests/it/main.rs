@@ -33,5 +33,6 @@ mod socket_mode;
 mod store_outage;
 mod turn_rules;
 mod turns;
+mod ui;
 mod ui_auth;
 mod unsigned;

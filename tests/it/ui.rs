@@ -1,0 +1,211 @@
+//! The operator's pages over HTTP (issue 20): who may look, the rule for writes, replay and
+//! purge, bulk replay after a count. The same pages in a real browser: `ui_browser`.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+
+use crate::utils::*;
+
+pub const ADMIN: &str = "ui-admin-token-0123456789abcdef";
+pub const READER: &str = "ui-read-token-0123456789abcdef";
+
+/// A page's answer: status, headers, body.
+pub struct Page {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    pub body: String,
+}
+
+impl Page {
+    pub fn header(&self, k: &str) -> &str {
+        self.headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default()
+    }
+
+    /// The value of the first `name="csrf"` field.
+    pub fn csrf(&self) -> String {
+        let at = self
+            .body
+            .find("name=\"csrf\" value=\"")
+            .map(|i| i + 19)
+            .unwrap_or_else(|| panic!("no csrf: {}", self.body));
+        self.body[at..].split('"').next().unwrap().to_string()
+    }
+
+    /// The session cookie the answer sets (`name=value`).
+    pub fn cookie(&self) -> String {
+        self.header("set-cookie").split(';').next().unwrap_or_default().to_string()
+    }
+}
+
+/// One request to the admin listener: `cookie` and `origin` when given; a form body makes it
+/// a POST.
+pub async fn page(port: u16, path: &str, cookie: &str, form: Option<(&str, Option<&str>)>) -> Page {
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let method = if form.is_some() { "POST" } else { "GET" };
+    let mut b = hyper::Request::builder().method(method).uri(format!("http://127.0.0.1:{port}{path}"));
+    if !cookie.is_empty() {
+        b = b.header("cookie", cookie);
+    }
+    let body = match form {
+        Some((body, origin)) => {
+            b = b.header("content-type", "application/x-www-form-urlencoded");
+            if let Some(o) = origin {
+                b = b.header("origin", o);
+            }
+            body.to_string()
+        }
+        None => String::new(),
+    };
+    let resp =
+        tokio::time::timeout(Duration::from_secs(30), client.request(b.body(Full::new(Bytes::from(body))).unwrap()))
+            .await
+            .expect("an answer within 30 s")
+            .expect("an answer");
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+    let body = String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned();
+    Page { status, headers, body }
+}
+
+/// A gateway with both tokens, its bot answering 404 (every delivery a dead letter).
+async fn with_tokens(name: &str) -> (RedisServer, Receiver, Gateway) {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    bot.set_default(Reply::status(404));
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &bot.url());
+    cfg.server = "admin_token = \"${SG_ADMIN_TOKEN}\"\nadmin_read_token = \"${SG_READ_TOKEN}\"".into();
+    let gw = Gateway::start_with_env(&cfg, &[("SG_ADMIN_TOKEN", ADMIN), ("SG_READ_TOKEN", READER)]).await;
+    (redis, bot, gw)
+}
+
+async fn login(port: u16, token: &str) -> String {
+    let origin = format!("http://127.0.0.1:{port}");
+    let p = page(port, "/ui/login", "", Some((&format!("token={token}"), Some(&origin)))).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    p.cookie()
+}
+
+/// The page of the first delivery the list shows for `search`, once there.
+async fn delivery_href(port: u16, cookie: &str, search: &str, status: &str) -> String {
+    let mut href = String::new();
+    until(Duration::from_secs(10), async || {
+        let p = page(port, &format!("/ui/deliveries?q={search}&status={status}"), cookie, None).await;
+        href = p
+            .body
+            .split("href=\"/ui/d/")
+            .nth(1)
+            .map(|r| format!("/ui/d/{}", r.split('"').next().unwrap()))
+            .unwrap_or_default();
+        !href.is_empty()
+    })
+    .await;
+    assert!(!href.is_empty(), "{search} never listed as {status}");
+    href
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_pages_want_a_login_and_a_write_wants_the_pages_own_form() {
+    let (_redis, bot, gw) = with_tokens("uilogin").await;
+    let port = gw.admin_port;
+    let origin = format!("http://127.0.0.1:{port}");
+    let p = page(port, "/ui/", "", None).await;
+    assert_eq!((p.status, p.header("location")), (303, "/ui/login"));
+    let wrong = page(port, "/ui/login", "", Some(("token=not-the-token", Some(&origin)))).await;
+    assert_eq!(wrong.status, 401, "{}", wrong.body);
+    assert!(wrong.header("set-cookie").is_empty());
+    let ok = page(port, "/ui/login", "", Some((&format!("token={ADMIN}"), Some(&origin)))).await;
+    let set = ok.header("set-cookie").to_string();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/ui"), "{set}");
+    let cookie = ok.cookie();
+    assert_eq!(page(port, "/ui/", &cookie, None).await.status, 200);
+
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvUiDead"), SECRET)).await.0, 200);
+    let href = delivery_href(port, &cookie, "EvUiDead", "dead").await;
+    let shown = page(port, &href, &cookie, None).await;
+    assert!(shown.body.contains("Replay this dead letter"), "{}", shown.body);
+    let csrf = shown.csrf();
+    let replay = format!("{href}/replay");
+    let form = format!("csrf={csrf}");
+    for (why, body, origin) in [
+        ("no Origin", form.as_str(), None),
+        ("another site's form", form.as_str(), Some("http://evil.example")),
+        ("no CSRF token", "csrf=", Some(origin.as_str())),
+    ] {
+        let p = page(port, &replay, &cookie, Some((body, origin))).await;
+        assert_eq!(p.status, 403, "{why}: {}", p.body);
+    }
+    assert_eq!(bot.count(), 1, "nothing refused was replayed");
+    let reader = login(port, READER).await;
+    let read_only = page(port, &href, &reader, None).await;
+    assert!(!read_only.body.contains("Replay this dead letter"), "a reader sees no buttons");
+    let p = page(port, &replay, &reader, Some((&format!("csrf={}", read_only.csrf()), Some(&origin)))).await;
+    assert_eq!(p.status, 403, "the read token cannot act: {}", p.body);
+
+    bot.set_default(Reply::status(200));
+    let p = page(port, &replay, &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!((p.status, p.header("location")), (303, href.as_str()));
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 2).await, "the replayed dead letter reaches the bot");
+    delivery_href(port, &cookie, "EvUiDead", "delivered").await;
+
+    let out = page(port, "/ui/logout", &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!((out.status, out.header("location")), (303, "/ui/login"));
+    assert_eq!(page(port, "/ui/", &cookie, None).await.status, 303, "the session is over");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_replay_states_the_count_then_replays_everything_the_filter_matches() {
+    let (_redis, bot, gw) = with_tokens("uibulk").await;
+    let port = gw.admin_port;
+    let origin = format!("http://127.0.0.1:{port}");
+    let cookie = login(port, ADMIN).await;
+    for (i, channel) in ["C1", "C1", "C1", "C2"].iter().enumerate() {
+        let body =
+            String::from_utf8(event(&format!("EvBulk{i}"))).unwrap().replace("\"C1\"", &format!("\"{channel}\""));
+        assert_eq!(send(gw.port, Req::signed("/slack/events", body.into_bytes(), SECRET)).await.0, 200);
+    }
+    let dead_in = async |channel: &str| {
+        let p = page(port, &format!("/ui/deliveries?channel={channel}&status=dead"), &cookie, None).await;
+        p.body.matches("href=\"/ui/d/").count()
+    };
+    until(Duration::from_secs(10), async || dead_in("C1").await == 3 && dead_in("C2").await == 1).await;
+    assert_eq!((dead_in("C1").await, dead_in("C2").await), (3, 1));
+    let list = page(port, "/ui/deliveries?channel=C1&status=dead", &cookie, None).await;
+    let form = format!("csrf={}&channel=C1&status=dead", list.csrf());
+    let confirm = page(port, "/ui/replay", &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!(confirm.status, 200);
+    assert!(confirm.body.contains("Replay 3 deliveries?"), "{}", confirm.body);
+    assert_eq!(bot.count(), 4, "nothing sent before the confirmation");
+    bot.set_default(Reply::status(200));
+    let done = page(port, "/ui/replay", &cookie, Some((&format!("{form}&confirm=3"), Some(&origin)))).await;
+    assert!(done.body.contains("Replayed 3 deliveries"), "{}", done.body);
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 7).await, "{} reached the bot", bot.count());
+    assert_eq!(dead_in("C2").await, 1, "what the filter did not match stays dead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_loopback_without_a_token_the_pages_open_and_never_show_tokens_or_text() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("uiopen"), &bot.url());
+    let gw = Gateway::start(&cfg).await;
+    let port = gw.admin_port;
+    let overview = page(port, "/ui/", "", None).await;
+    assert_eq!(overview.status, 200);
+    assert!(
+        overview.body.contains("<h2 id=\"app-bot\">bot</h2>") && overview.body.contains("No risk"),
+        "{}",
+        overview.body
+    );
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvUiOpen"), SECRET)).await.0, 200);
+    let href = delivery_href(port, "", "EvUiOpen", "delivered").await;
+    let shown = page(port, &href, "", None).await;
+    assert!(shown.body.contains("attempt 1 by") && shown.body.contains("EvUiOpen"), "{}", shown.body);
+    assert!(!shown.body.contains("&lt;@B1&gt; hi") && !shown.body.contains("<@B1> hi"), "no text with show_text off");
+    assert!(!shown.body.contains("\"x\"") && !shown.body.contains("&#34;x&#34;"), "never the verification token");
+    let rows = page(port, "/ui/deliveries?rows=1", "", None).await;
+    assert!(rows.body.trim_start().starts_with("<tr>") && rows.body.contains(&href), "the live list's rows alone");
+    let overview = page(port, "/ui/", "", None).await;
+    assert!(overview.body.contains("of Slack&#39;s 1 deliveries"), "{}", overview.body);
+}
