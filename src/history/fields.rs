@@ -1,131 +1,197 @@
-//! How notes become the fields of a delivery's history hash, and what the overview counts.
-//!
-//! The notes of one delivery can reach the writer out of order (the worker may attempt before
-//! the ingress has queued what it answered), so the arrival sets the status only when none is
-//! there yet (`HSETNX`); every later step sets it outright.
+//! A delivery's record: one JSON line per thing that happened to it, appended (`APPEND`, the
+//! cheapest write Redis has: no read, no hash to grow), and read back by folding the lines in
+//! time order into the summary the list shows and the timeline its page shows. The notes of one
+//! delivery can reach the writer out of order (a worker may attempt before the ingress queued
+//! what it answered); folding by `at` puts them back.
 
-use serde_json::{json, Value};
+use std::collections::HashMap;
 
-use super::{status_after, Note, What};
+use serde::Serialize;
+use serde_json::Value;
 
-/// The summary fields the list reads (one `HMGET` per delivery).
-pub const SUMMARY: &[&str] = &[
-    "kind",
-    "detail",
-    "team",
-    "channel",
-    "user",
-    "ts",
-    "thread",
-    "receipt",
-    "via",
-    "received",
-    "event_time",
-    "ack_ms",
-    "status",
-    "attempts",
-    "last_status",
-    "replies",
-    "absorbed",
-    "asks",
-    "delivered",
-    "answered",
-    "conversation",
-];
+use super::{Note, What};
 
-/// What one batch does to one delivery's hash.
-#[derive(Debug, Default)]
-pub struct Fold {
-    pub set: Vec<(&'static str, String)>,
-    /// Set only when absent.
-    pub set_nx: Vec<(&'static str, String)>,
-    pub incr: Vec<(&'static str, i64)>,
-    /// Timeline entries: (field name, JSON).
-    pub events: Vec<(String, String)>,
-    /// The arrival's time, for the index.
-    pub arrived_ms: Option<u64>,
+/// The line `note` appends to its delivery's record.
+pub fn line(note: &Note) -> String {
+    let at = note.at_ms;
+    let mut out = match &note.what {
+        What::Arrived(a) => serde_json::to_string(&ArrivedLine {
+            what: "arrived",
+            at,
+            kind: a.kind,
+            detail: &a.detail,
+            team: &a.team,
+            channel: &a.channel,
+            user: &a.user,
+            ts: &a.ts,
+            thread: &a.thread_ts,
+            receipt: &a.receipt,
+            via: a.via,
+            retry_num: &a.retry_num,
+            retry_reason: a.retry_reason,
+            event_time: a.event_time,
+            ack_ms: (a.ack_ms * 100.0).round() / 100.0,
+            status: a.status,
+            outcome: a.outcome,
+            reason: &a.reason,
+            asks: a.asks,
+            conversation: &a.conversation,
+            path: &a.path,
+            content_type: &a.content_type,
+            body: a.body.as_deref().map(String::from_utf8_lossy),
+        }),
+        What::Absorbed { retry_num, retry_reason, outcome, ack_ms, via } => serde_json::to_string(&serde_json::json!({
+            "what": "absorbed", "at": at, "retry_num": retry_num, "retry_reason": retry_reason,
+            "outcome": outcome, "ack_ms": (ack_ms * 100.0).round() / 100.0, "via": via })),
+        What::Attempt(a) => serde_json::to_string(&serde_json::json!({
+            "what": "attempt", "at": at, "number": a.number, "outcome": a.outcome, "status": a.status,
+            "error": a.error, "latency_ms": (a.latency_ms * 100.0).round() / 100.0,
+            "next_retry_ms": a.next_retry_ms, "by": a.by })),
+        What::Held => serde_json::to_string(&serde_json::json!({ "what": "held", "at": at })),
+        What::Superseded { by } => {
+            serde_json::to_string(&serde_json::json!({ "what": "superseded", "at": at, "by": by }))
+        }
+        What::Replayed { as_id } => {
+            serde_json::to_string(&serde_json::json!({ "what": "replayed", "at": at, "as": as_id }))
+        }
+        What::Wrote(w) => serde_json::to_string(&serde_json::json!({
+            "what": "wrote", "at": at, "method": w.method, "channel": w.channel, "outcome": w.outcome,
+            "key": w.key, "ts": w.ts, "took_ms": w.took_ms })),
+        What::Answered { status, ack_ms, kind } => serde_json::to_string(&serde_json::json!({
+            "what": "answered", "at": at, "status": status, "ack_ms": ack_ms, "kind": kind })),
+    }
+    .unwrap_or_default();
+    out.push('\n');
+    out
 }
 
-impl Fold {
-    /// Fold `note` in; `seq` makes its timeline field unique within this writer.
-    pub fn add(&mut self, note: &Note, seq: u64) {
-        let entry = self.fields(note);
-        if let Some(status) = status_after(&note.what) {
-            match &note.what {
-                What::Arrived(_) => self.set_nx.push(("status", status.into())),
-                _ => self.set.push(("status", status.into())),
-            }
-        }
-        self.set.push(("updated", note.at_ms.to_string()));
-        let mut entry = entry;
-        entry["at"] = json!(note.at_ms);
-        self.events.push((format!("e:{:013}:{seq}", note.at_ms), entry.to_string()));
+#[derive(Serialize)]
+struct ArrivedLine<'a> {
+    what: &'static str,
+    at: u64,
+    kind: &'a str,
+    detail: &'a str,
+    team: &'a str,
+    channel: &'a str,
+    user: &'a str,
+    ts: &'a str,
+    thread: &'a str,
+    receipt: &'a str,
+    via: &'a str,
+    retry_num: &'a str,
+    retry_reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_time: Option<u64>,
+    ack_ms: f64,
+    status: u16,
+    outcome: &'a str,
+    reason: &'a str,
+    asks: bool,
+    conversation: &'a str,
+    path: &'a str,
+    content_type: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A record read back: the summary fields, the body (when kept) and the timeline in order.
+pub struct Folded {
+    pub fields: HashMap<String, String>,
+    pub body: Option<String>,
+    pub timeline: Vec<Value>,
+}
+
+/// Fold a record's lines; `None` when it holds none (or only unreadable ones).
+pub fn fold(record: &str) -> Option<Folded> {
+    let mut timeline: Vec<Value> = record.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    if timeline.is_empty() {
+        return None;
+    }
+    timeline.sort_by_key(|e| e["at"].as_u64().unwrap_or(0));
+    let mut f = Folded { fields: HashMap::new(), body: None, timeline: Vec::new() };
+    for mut e in timeline {
+        f.apply(&mut e);
+        f.timeline.push(e);
+    }
+    Some(f)
+}
+
+impl Folded {
+    fn set(&mut self, k: &str, v: impl ToString) {
+        self.fields.insert(k.to_string(), v.to_string());
     }
 
-    /// The summary fields `note` sets, and its timeline entry.
-    fn fields(&mut self, note: &Note) -> Value {
-        match &note.what {
-            What::Arrived(a) => {
-                self.arrived_ms = Some(note.at_ms);
-                let text = |v: &str| v.to_string();
-                for (k, v) in [
-                    ("kind", text(a.kind)),
-                    ("detail", a.detail.clone()),
-                    ("team", a.team.clone()),
-                    ("channel", a.channel.clone()),
-                    ("user", a.user.clone()),
-                    ("ts", a.ts.clone()),
-                    ("thread", a.thread_ts.clone()),
-                    ("receipt", a.receipt.clone()),
-                    ("via", text(a.via)),
-                    ("received", note.at_ms.to_string()),
-                    ("ack_ms", if a.via == "replay" { String::new() } else { format!("{:.2}", a.ack_ms) }),
-                    ("asks", if a.asks { "1" } else { "0" }.into()),
-                    ("conversation", a.conversation.clone()),
-                    ("path", a.path.clone()),
-                    ("content_type", a.content_type.clone()),
+    fn bump(&mut self, k: &str) {
+        let n = self.fields.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1;
+        self.set(k, n);
+    }
+
+    /// What entry `e` says of the delivery (the body moves out of the entry).
+    fn apply(&mut self, e: &mut Value) {
+        if let Some(Value::String(body)) = e.as_object_mut().and_then(|o| o.remove("body")) {
+            self.body = Some(body);
+        }
+        let e = &*e;
+        let at = e["at"].as_u64().unwrap_or(0);
+        let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+        self.set("updated", at);
+        match e["what"].as_str().unwrap_or_default() {
+            "arrived" => {
+                for k in [
+                    "kind",
+                    "detail",
+                    "team",
+                    "channel",
+                    "user",
+                    "ts",
+                    "thread",
+                    "receipt",
+                    "via",
+                    "conversation",
+                    "path",
+                    "content_type",
                 ] {
+                    let v = text(k);
                     if !v.is_empty() {
-                        self.set.push((k, v));
+                        self.set(k, v);
                     }
                 }
-                if let Some(t) = a.event_time {
-                    self.set.push(("event_time", t.to_string()));
+                self.set("received", at);
+                self.set("asks", if e["asks"] == true { "1" } else { "0" });
+                if let Some(t) = e["event_time"].as_u64() {
+                    self.set("event_time", t);
                 }
-                if let Some(body) = &a.body {
-                    self.set.push(("body", String::from_utf8_lossy(body).into_owned()));
+                if text("via") != "replay" {
+                    self.set("ack_ms", format!("{:.2}", e["ack_ms"].as_f64().unwrap_or(0.0)));
                 }
-                json!({ "what": "arrived", "status": a.status, "outcome": a.outcome, "ack_ms": a.ack_ms,
-                        "retry_num": a.retry_num, "retry_reason": a.retry_reason, "reason": a.reason, "via": a.via })
-            }
-            What::Absorbed { retry_num, retry_reason, outcome, ack_ms, via } => {
-                self.incr.push(("absorbed", 1));
-                json!({ "what": "absorbed", "retry_num": retry_num, "retry_reason": retry_reason,
-                        "outcome": outcome, "ack_ms": ack_ms, "via": via })
-            }
-            What::Attempt(a) => {
-                self.set.push(("attempts", a.number.to_string()));
-                self.set.push(("last_status", a.status.to_string()));
-                if a.outcome == "delivered" {
-                    self.set_nx.push(("delivered", note.at_ms.to_string()));
+                if !self.fields.contains_key("status") {
+                    let status = match e["outcome"].as_str().unwrap_or_default() {
+                        "accepted" | "answered" => "waiting".to_string(),
+                        other => other.to_string(),
+                    };
+                    self.set("status", status);
                 }
-                json!({ "what": "attempt", "number": a.number, "outcome": a.outcome, "status": a.status,
-                        "error": a.error, "latency_ms": a.latency_ms, "next_retry_ms": a.next_retry_ms, "by": a.by })
             }
-            What::Held => json!({ "what": "held" }),
-            What::Replayed { as_id } => json!({ "what": "replayed", "as": as_id }),
-            What::Answered { status, ack_ms, kind } => {
-                json!({ "what": "answered", "status": status, "ack_ms": ack_ms, "kind": kind })
-            }
-            What::Superseded { by } => json!({ "what": "superseded", "by": by }),
-            What::Wrote(w) => {
-                if crate::history::fields::answers(w.outcome) {
-                    self.incr.push(("replies", 1));
-                    self.set_nx.push(("answered", note.at_ms.to_string()));
+            "absorbed" => self.bump("absorbed"),
+            "attempt" => {
+                self.set("attempts", e["number"].as_u64().unwrap_or(0));
+                self.set("last_status", e["status"].as_u64().unwrap_or(0));
+                let outcome = text("outcome");
+                if outcome == "delivered" && !self.fields.contains_key("delivered") {
+                    self.set("delivered", at);
                 }
-                json!({ "what": "wrote", "method": w.method, "channel": w.channel, "outcome": w.outcome,
-                        "key": w.key, "ts": w.ts, "took_ms": w.took_ms })
+                self.set("status", if outcome == "retried" { "retrying".to_string() } else { outcome });
             }
+            "held" => self.set("status", "held"),
+            "superseded" => self.set("status", "superseded"),
+            "replayed" if text("as").is_empty() => self.set("status", "waiting"),
+            "wrote" if answers(&text("outcome")) => {
+                self.bump("replies");
+                if !self.fields.contains_key("answered") {
+                    self.set("answered", at);
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -153,35 +219,56 @@ mod tests {
     use super::*;
     use crate::history::{Arrival, Attempt};
 
-    fn note(what: What) -> Note {
-        Note { app: "bot".into(), delivery: "0-a".into(), at_ms: 1_700_000_000_000, what }
+    fn note(at_ms: u64, what: What) -> Note {
+        Note { app: "bot".into(), delivery: "0-a".into(), at_ms, what }
     }
 
-    #[test]
-    fn an_arrival_sets_the_status_only_when_none_is_there_and_an_attempt_sets_it_outright() {
-        let mut f = Fold::default();
-        f.add(
-            &note(What::Arrived(Box::new(Arrival { outcome: "accepted", channel: "C1".into(), ..Arrival::default() }))),
-            1,
-        );
-        assert_eq!(f.set_nx, vec![("status", "waiting".to_string())]);
-        assert!(f.set.contains(&("channel", "C1".to_string())));
-        assert_eq!(f.arrived_ms, Some(1_700_000_000_000));
-        let attempt = Attempt {
-            number: 2,
-            outcome: "delivered",
-            status: 200,
+    fn attempt(number: u64, outcome: &'static str, status: u16) -> What {
+        What::Attempt(Attempt {
+            number,
+            outcome,
+            status,
             error: "",
             latency_ms: 3.0,
             next_retry_ms: 0,
             by: "gw-1".into(),
-        };
-        f.add(&note(What::Attempt(attempt)), 2);
-        assert!(f.set.contains(&("status", "delivered".to_string())));
-        assert_eq!(f.events.len(), 2);
-        assert!(f.events[1].0.starts_with("e:1700000000000:2"));
-        let entry: Value = serde_json::from_str(&f.events[1].1).unwrap();
-        assert_eq!(entry["by"], "gw-1");
+        })
+    }
+
+    #[test]
+    fn lines_fold_back_in_time_order_whatever_order_they_were_written_in() {
+        let arrival =
+            Arrival { outcome: "accepted", channel: "C1".into(), body: Some("{\"a\":1}".into()), ..Arrival::default() };
+        // The attempts were appended before the arrival reached the writer.
+        let record = [
+            note(20, attempt(1, "retried", 503)),
+            note(30, attempt(2, "delivered", 200)),
+            note(10, What::Arrived(Box::new(arrival))),
+        ]
+        .iter()
+        .map(line)
+        .collect::<String>();
+        let f = fold(&record).unwrap();
+        assert_eq!(f.fields["status"], "delivered");
+        assert_eq!((f.fields["attempts"].as_str(), f.fields["received"].as_str()), ("2", "10"));
+        assert_eq!((f.fields["channel"].as_str(), f.fields["delivered"].as_str()), ("C1", "30"));
+        assert_eq!(f.body.as_deref(), Some("{\"a\":1}"));
+        let whats: Vec<&str> = f.timeline.iter().map(|e| e["what"].as_str().unwrap()).collect();
+        assert_eq!(whats, ["arrived", "attempt", "attempt"]);
+        assert!(f.timeline[0].get("body").is_none(), "the body is not a timeline entry");
+        assert!(fold("not json\n").is_none());
+    }
+
+    #[test]
+    fn an_arrival_after_a_step_keeps_the_steps_status() {
+        let record = [
+            note(5, What::Held),
+            note(1, What::Arrived(Box::new(Arrival { outcome: "accepted", ..Arrival::default() }))),
+        ]
+        .iter()
+        .map(line)
+        .collect::<String>();
+        assert_eq!(fold(&record).unwrap().fields["status"], "held");
     }
 
     #[test]

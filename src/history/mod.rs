@@ -11,8 +11,8 @@
 //!
 //! In Redis, every key of one app's history shares the hash tag `{<prefix>:h:<app>}` (one
 //! slot in a cluster, so the trim script sees all of them):
-//! - `…:d:<delivery>`: a hash, the summary fields ([`fields`]) and one `e:<ms>:<n>` field per
-//!   timeline entry (JSON);
+//! - `…:d:<delivery>`: a string, one JSON line per thing that happened to it, appended
+//!   ([`fields`] folds them back into the summary and the timeline);
 //! - `…:idx`: a sorted set of the deliveries by arrival (ms);
 //! - `…:m:<minute>`: what the ingress answered Slack in that minute, for the overview.
 
@@ -159,25 +159,6 @@ pub struct Write {
     pub took_ms: u64,
 }
 
-/// The status a delivery shows, from what happened to it last.
-pub fn status_after(what: &What) -> Option<&'static str> {
-    Some(match what {
-        What::Arrived(a) => match a.outcome {
-            "accepted" | "answered" => "waiting",
-            "ignored" => "ignored",
-            other => other,
-        },
-        What::Attempt(a) => match a.outcome {
-            "retried" => "retrying",
-            other => other,
-        },
-        What::Held => "held",
-        What::Superseded { .. } => "superseded",
-        What::Replayed { as_id } if as_id.is_empty() => "waiting",
-        What::Absorbed { .. } | What::Wrote(_) | What::Answered { .. } | What::Replayed { .. } => return None,
-    })
-}
-
 /// The hash tag every key of `app`'s history shares.
 pub fn tag(prefix: &str, app: &str) -> String {
     format!("{{{prefix}:h:{app}}}")
@@ -204,23 +185,7 @@ mod tests {
     }
 
     #[test]
-    fn statuses_follow_what_happened_last() {
-        let attempt = |outcome| {
-            What::Attempt(Attempt {
-                number: 1,
-                outcome,
-                status: 500,
-                error: "",
-                latency_ms: 1.0,
-                next_retry_ms: 0,
-                by: "c".into(),
-            })
-        };
-        assert_eq!(status_after(&attempt("retried")), Some("retrying"));
-        assert_eq!(status_after(&attempt("dead")), Some("dead"));
-        let arrived = What::Arrived(Box::new(Arrival { outcome: "accepted", ..Arrival::default() }));
-        assert_eq!(status_after(&arrived), Some("waiting"));
-        assert_eq!(status_after(&What::Superseded { by: "x".into() }), Some("superseded"));
+    fn one_hash_tag_per_app() {
         assert_eq!(tag("sg", "bot"), "{sg:h:bot}");
     }
 }

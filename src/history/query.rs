@@ -10,7 +10,7 @@ use redis::RedisResult;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::fields::{LATENCY_BUCKETS, SUMMARY};
+use super::fields::{fold, LATENCY_BUCKETS};
 use super::tag;
 use crate::store::Conn;
 
@@ -132,14 +132,13 @@ async fn scan(
         offset += ids.len();
         let mut p = redis::pipe();
         for id in &ids {
-            p.cmd("HMGET").arg(format!("{tag}:d:{id}")).arg(SUMMARY);
+            p.cmd("GET").arg(format!("{tag}:d:{id}"));
         }
-        let values: Vec<Vec<Option<String>>> = if ids.is_empty() { vec![] } else { p.query_async(conn).await? };
-        for (id, v) in ids.iter().zip(values) {
-            let fields: HashMap<String, String> =
-                SUMMARY.iter().zip(v).filter_map(|(k, v)| Some((k.to_string(), v?))).collect();
-            let s = Summary { app: app.to_string(), id: id.clone(), fields };
-            if !s.fields.is_empty() && s.matches(f, now) {
+        let records: Vec<Option<String>> = if ids.is_empty() { vec![] } else { p.query_async(conn).await? };
+        for (id, record) in ids.iter().zip(records) {
+            let Some(folded) = record.as_deref().and_then(fold) else { continue };
+            let s = Summary { app: app.to_string(), id: id.clone(), fields: folded.fields };
+            if s.matches(f, now) {
                 found.push(s);
             }
         }
@@ -160,26 +159,13 @@ pub struct Detail {
 }
 
 pub async fn show(conn: &mut Conn, prefix: &str, app: &str, id: &str) -> RedisResult<Option<Detail>> {
-    let all: HashMap<String, String> =
-        redis::cmd("HGETALL").arg(format!("{}:d:{id}", tag(prefix, app))).query_async(conn).await?;
-    if all.is_empty() {
-        return Ok(None);
-    }
-    let mut timeline: Vec<(String, Value)> = Vec::new();
-    let mut fields = HashMap::new();
-    let mut body = None;
-    for (k, v) in all {
-        if k.starts_with("e:") {
-            timeline.push((k, serde_json::from_str(&v).unwrap_or(Value::Null)));
-        } else if k == "body" {
-            body = Some(v);
-        } else {
-            fields.insert(k, v);
-        }
-    }
-    timeline.sort_by(|a, b| a.0.cmp(&b.0));
-    let summary = Summary { app: app.to_string(), id: id.to_string(), fields };
-    Ok(Some(Detail { summary, body, timeline: timeline.into_iter().map(|(_, v)| v).collect() }))
+    let record: Option<String> =
+        redis::cmd("GET").arg(format!("{}:d:{id}", tag(prefix, app))).query_async(conn).await?;
+    Ok(record.as_deref().and_then(fold).map(|f| Detail {
+        summary: Summary { app: app.to_string(), id: id.to_string(), fields: f.fields },
+        body: f.body,
+        timeline: f.timeline,
+    }))
 }
 
 /// What one app's Slack traffic came to over some minutes.

@@ -11,10 +11,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use redis::{Pipeline, Script};
+use redis::Script;
 use tracing::warn;
 
-use super::fields::{minute_fields, Fold};
+use super::fields::{line, minute_fields};
 use super::{tag, Note, What};
 use crate::clock::now_ms;
 use crate::config::UiConfig;
@@ -101,19 +101,20 @@ fn by_app(batch: &[Note]) -> Vec<(&str, Vec<&Note>)> {
     apps
 }
 
-/// One app's notes, as one pipeline.
+/// One app's notes, as one pipeline: per delivery one `APPEND` of its new lines and one
+/// `PEXPIRE`; one `ZADD` of the arrivals; the minutes' counts.
 pub async fn write(conn: &mut Conn, tag: &str, ui: &UiConfig, notes: &[&Note]) -> redis::RedisResult<()> {
-    let (folds, minutes) = fold(notes);
+    let (records, minutes) = fold(notes);
     let mut p = redis::pipe();
     let ttl = ui.history.as_millis() as u64;
     let mut index = redis::cmd("ZADD");
     index.arg(format!("{tag}:idx"));
     let mut indexed = false;
-    for (delivery, f) in &folds {
+    for (delivery, r) in &records {
         let key = format!("{tag}:d:{delivery}");
-        hash_commands(&mut p, &key, f);
+        p.cmd("APPEND").arg(&key).arg(&r.lines).ignore();
         p.cmd("PEXPIRE").arg(&key).arg(ttl).ignore();
-        if let Some(ms) = f.arrived_ms {
+        if let Some(ms) = r.arrived_ms {
             index.arg(ms).arg(*delivery);
             indexed = true;
         }
@@ -121,23 +122,32 @@ pub async fn write(conn: &mut Conn, tag: &str, ui: &UiConfig, notes: &[&Note]) -
     if indexed {
         p.add_command(index).ignore();
     }
+    let mut touched: Vec<u64> = Vec::new();
     for ((minute, field), n) in &minutes {
-        let key = format!("{tag}:m:{minute}");
-        p.cmd("HINCRBY").arg(&key).arg(*field).arg(*n).ignore();
+        p.cmd("HINCRBY").arg(format!("{tag}:m:{minute}")).arg(*field).arg(*n).ignore();
+        if !touched.contains(minute) {
+            touched.push(*minute);
+        }
     }
-    let mut touched: Vec<u64> = minutes.keys().map(|(m, _)| *m).collect();
-    touched.dedup();
     for minute in touched {
         p.cmd("EXPIRE").arg(format!("{tag}:m:{minute}")).arg(MINUTES_KEPT_SECS).ignore();
     }
     p.query_async::<()>(conn).await
 }
 
+/// What one batch appends to one delivery's record.
+#[derive(Debug, Default)]
+struct Lines {
+    lines: String,
+    /// The arrival's time, for the index.
+    arrived_ms: Option<u64>,
+}
+
 type Minutes<'a> = HashMap<(u64, &'a str), i64>;
 
-/// The notes folded per delivery (in order of first note), and the minutes' counts.
-fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Fold)>, Minutes<'static>) {
-    let mut folds: Vec<(&str, Fold)> = Vec::new();
+/// The notes' lines per delivery (in order of first note), and the minutes' counts.
+fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Lines)>, Minutes<'static>) {
+    let mut records: Vec<(&str, Lines)> = Vec::new();
     let mut at: HashMap<&str, usize> = HashMap::new();
     let mut minutes: Minutes = HashMap::new();
     for n in notes {
@@ -149,12 +159,16 @@ fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Fold)>, Minutes<'static>) {
             continue;
         }
         let i = *at.entry(&n.delivery).or_insert_with(|| {
-            folds.push((&n.delivery, Fold::default()));
-            folds.len() - 1
+            records.push((&n.delivery, Lines::default()));
+            records.len() - 1
         });
-        folds[i].1.add(n, rand::random::<u32>().into());
+        let r = &mut records[i].1;
+        r.lines.push_str(&line(n));
+        if matches!(n.what, What::Arrived(_)) {
+            r.arrived_ms = Some(n.at_ms);
+        }
     }
-    (folds, minutes)
+    (records, minutes)
 }
 
 /// What a note adds to its minute of the overview.
@@ -203,26 +217,6 @@ const WRITE_FIELDS: &[(&str, &str)] = &[
     ("store_unavailable", "w:store_unavailable"),
     ("socket_opened", "w:socket_opened"),
 ];
-
-fn hash_commands(p: &mut Pipeline, key: &str, f: &Fold) {
-    if !f.set.is_empty() || !f.events.is_empty() {
-        let mut hset = redis::cmd("HSET");
-        hset.arg(key);
-        for (k, v) in &f.set {
-            hset.arg(*k).arg(v);
-        }
-        for (k, v) in &f.events {
-            hset.arg(k).arg(v);
-        }
-        p.add_command(hset).ignore();
-    }
-    for (k, v) in &f.set_nx {
-        p.cmd("HSETNX").arg(key).arg(*k).arg(v).ignore();
-    }
-    for (k, n) in &f.incr {
-        p.cmd("HINCRBY").arg(key).arg(*k).arg(*n).ignore();
-    }
-}
 
 /// Drop what is past `[ui] history`, then the oldest past `history_max`, with their hashes.
 const TRIM: &str = r"
@@ -294,9 +288,10 @@ mod tests {
             note("", 120_001, What::Answered { status: 503, ack_ms: 2_100.0, kind: "event" }),
         ];
         let refs: Vec<&Note> = notes.iter().collect();
-        let (folds, minutes) = fold(&refs);
-        assert_eq!(folds.len(), 2, "one fold per delivery; the refusal only counts");
-        assert_eq!(folds[0].1.events.len(), 2);
+        let (records, minutes) = fold(&refs);
+        assert_eq!(records.len(), 2, "one record per delivery; the refusal only counts");
+        assert_eq!(records[0].1.lines.lines().count(), 2);
+        assert_eq!(records[0].1.arrived_ms, Some(60_001));
         assert_eq!(minutes[&(1, "ok")], 1);
         assert_eq!(minutes[&(1, "delivered")], 1);
         assert_eq!(minutes[&(2, "failed")], 1);
