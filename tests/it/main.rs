@@ -5,6 +5,7 @@ mod utils;
 
 mod bad_input;
 mod bolt;
+mod browser_selftest;
 mod cli;
 mod cluster;
 mod dedupe;

@@ -1,9 +1,11 @@
 //! Real parts for the integration tests: a `redis-server` per test, the real `slackgate` binary
-//! on free ports, a recording HTTP receiver standing in for the bot, and a signing client.
+//! on free ports, a recording HTTP receiver standing in for the bot, a signing client, and a
+//! headless Chromium for the pages.
 
 #![allow(dead_code)]
 
 mod bolt_process;
+pub mod browser;
 mod child;
 mod fake_slack;
 pub mod fake_socket;
@@ -20,6 +22,7 @@ mod traffic;
 mod wait;
 
 pub use bolt_process::{Bolt, BoltProcess};
+pub use browser::{processes_of, Browser, PHONE};
 pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack, Look};
 pub use fake_socket::FakeSocket;
