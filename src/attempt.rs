@@ -91,7 +91,7 @@ impl Attempted {
         outcome: Outcome,
         next_retry_ms: u64,
     ) {
-        if !shared.history.is_on() {
+        if !shared.history.is_on() || !crate::history::kept(delivery) {
             return;
         }
         let attempt = crate::history::Attempt {

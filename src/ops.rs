@@ -250,7 +250,8 @@ impl Ops {
         let a = self.app(Some(app))?;
         let keys = self.shard_keys(a, id)?;
         let shard = id.split_once('-').map_or("0", |(s, _)| s);
-        let new_id = format!("{shard}-{:016x}", rand::random::<u64>());
+        // An operator's delivery is always kept in the history.
+        let new_id = format!("{shard}-{:016x}", rand::random::<u64>() | crate::history::KEPT);
         let new = outbox::NewDelivery {
             id: &new_id,
             receipt: None,

@@ -110,7 +110,7 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
     let delivery = DeliveryService::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("delivery", delivery));
     // On from the first request when the config keeps a history; the writer follows reloads.
-    shared.history.set_on(config.ui.keeps_history());
+    shared.history.set(config.ui.keeps_history(), config.ui.history_rate);
     let history = crate::history::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("history", history));
     // The other listeners get the Slack listener's deadlines: a half-sent request or an idle

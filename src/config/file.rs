@@ -75,6 +75,7 @@ pub struct RedisSection {
 pub struct UiSection {
     pub history: Option<String>,
     pub history_max: Option<usize>,
+    pub history_rate: Option<u32>,
     pub show_text: Option<bool>,
     pub session: Option<String>,
 }

@@ -13,6 +13,9 @@ pub struct UiConfig {
     pub history: Duration,
     /// At most this many deliveries per app in the history; the oldest go first.
     pub history_max: usize,
+    /// Deliveries a second each gateway process keeps in full; past it (a flood) they are
+    /// counted on the overview but not recorded.
+    pub history_rate: u32,
     /// Message text on the pages and in `slackgate show`. Never the verification token,
     /// signatures or Web API tokens, whatever this says.
     pub show_text: bool,
@@ -25,6 +28,7 @@ impl Default for UiConfig {
         UiConfig {
             history: Duration::from_secs(24 * 3600),
             history_max: 10_000,
+            history_rate: 100,
             show_text: false,
             session: Duration::from_secs(12 * 3600),
         }
@@ -53,10 +57,14 @@ impl Validator<'_> {
         if !(100..=1_000_000).contains(&history_max) {
             return Err(self.err("ui.history_max", "must be between 100 and 1000000"));
         }
+        let history_rate = u.history_rate.unwrap_or(d.history_rate);
+        if !(1..=100_000).contains(&history_rate) {
+            return Err(self.err("ui.history_rate", "must be between 1 and 100000 (deliveries a second)"));
+        }
         let session = self.duration("ui.session", &u.session, d.session)?;
         if session < Duration::from_secs(60) || session > Duration::from_secs(30 * 24 * 3600) {
             return Err(self.err("ui.session", "must be between 1m and 30d"));
         }
-        Ok(UiConfig { history, history_max, show_text: u.show_text.unwrap_or(false), session })
+        Ok(UiConfig { history, history_max, history_rate, show_text: u.show_text.unwrap_or(false), session })
     }
 }

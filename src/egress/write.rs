@@ -203,7 +203,7 @@ impl Egress {
 
     /// The write, for its delivery's history (with the posted message's `ts`).
     fn remember_write(&self, source: &super::store::Attributed, w: &Write, reply: &Reply, took: std::time::Duration) {
-        if !self.shared.history.is_on() {
+        if !self.shared.history.is_on() || !crate::history::kept(&source.delivery) {
             return;
         }
         let answer = serde_json::from_slice::<serde_json::Value>(&reply.answer.body).ok();

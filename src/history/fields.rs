@@ -43,10 +43,17 @@ pub fn line(note: &Note) -> String {
         What::Absorbed { retry_num, retry_reason, outcome, ack_ms, via } => serde_json::to_string(&serde_json::json!({
             "what": "absorbed", "at": at, "retry_num": retry_num, "retry_reason": retry_reason,
             "outcome": outcome, "ack_ms": (ack_ms * 100.0).round() / 100.0, "via": via })),
-        What::Attempt(a) => serde_json::to_string(&serde_json::json!({
-            "what": "attempt", "at": at, "number": a.number, "outcome": a.outcome, "status": a.status,
-            "error": a.error, "latency_ms": (a.latency_ms * 100.0).round() / 100.0,
-            "next_retry_ms": a.next_retry_ms, "by": a.by })),
+        What::Attempt(a) => serde_json::to_string(&AttemptLine {
+            what: "attempt",
+            at,
+            number: a.number,
+            outcome: a.outcome,
+            status: a.status,
+            error: a.error,
+            latency_ms: (a.latency_ms * 100.0).round() / 100.0,
+            next_retry_ms: a.next_retry_ms,
+            by: &a.by,
+        }),
         What::Held => serde_json::to_string(&serde_json::json!({ "what": "held", "at": at })),
         What::Superseded { by } => {
             serde_json::to_string(&serde_json::json!({ "what": "superseded", "at": at, "by": by }))
@@ -63,6 +70,19 @@ pub fn line(note: &Note) -> String {
     .unwrap_or_default();
     out.push('\n');
     out
+}
+
+#[derive(Serialize)]
+struct AttemptLine<'a> {
+    what: &'static str,
+    at: u64,
+    number: u64,
+    outcome: &'a str,
+    status: u16,
+    error: &'a str,
+    latency_ms: f64,
+    next_retry_ms: u64,
+    by: &'a str,
 }
 
 #[derive(Serialize)]

@@ -33,6 +33,9 @@ const QUEUE: usize = 16_384;
 /// The queue into the history, shared by one process's services.
 pub struct History {
     on: AtomicBool,
+    /// Deliveries a second kept in full (`[ui] history_rate`).
+    rate: std::sync::atomic::AtomicU32,
+    budget: Budget,
     tx: mpsc::Sender<Note>,
     rx: Mutex<Option<mpsc::Receiver<Note>>>,
     dropped: prometheus::IntCounter,
@@ -42,7 +45,14 @@ impl History {
     /// Off until the config says otherwise; `dropped` counts what a full queue refused.
     pub fn new(dropped: prometheus::IntCounter) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        History { on: AtomicBool::new(false), tx, rx: Mutex::new(Some(rx)), dropped }
+        History {
+            on: AtomicBool::new(false),
+            rate: std::sync::atomic::AtomicU32::new(0),
+            budget: Budget::default(),
+            tx,
+            rx: Mutex::new(Some(rx)),
+            dropped,
+        }
     }
 
     /// Whether notes are kept (`[ui] history` above zero, and a writer running).
@@ -50,8 +60,16 @@ impl History {
         self.on.load(Ordering::Relaxed)
     }
 
-    pub fn set_on(&self, on: bool) {
+    /// On or off, and how many deliveries a second are kept in full.
+    pub fn set(&self, on: bool, rate: u32) {
         self.on.store(on, Ordering::Relaxed);
+        self.rate.store(rate, Ordering::Relaxed);
+    }
+
+    /// Whether the delivery the ingress is about to record is kept in full (its nonce then
+    /// carries [`KEPT`]).
+    pub fn keep_next(&self, now_ms: u64) -> bool {
+        self.is_on() && self.budget.take(self.rate.load(Ordering::Relaxed), now_ms)
     }
 
     /// Queue `note` for the writer; never waits.
@@ -159,6 +177,37 @@ pub struct Write {
     pub took_ms: u64,
 }
 
+/// The bit of a delivery id's nonce that says its history is kept in full (the first hex
+/// digit of its `<shard>-<16 hex>` is 8 or more). The ingress decides once, when it makes the
+/// id; every process that later touches the delivery (a worker on any replica, the egress, the
+/// pages) reads it from the id and needs to ask no one.
+pub const KEPT: u64 = 1 << 63;
+
+/// Whether `delivery`'s history is kept in full (see [`KEPT`]).
+pub fn kept(delivery: &str) -> bool {
+    delivery.split_once('-').and_then(|(_, hex)| hex.chars().next()).is_some_and(|c| matches!(c, '8'..='9' | 'a'..='f'))
+}
+
+/// At most `rate` deliveries a second kept in full by one process: past it, a flood's
+/// deliveries are counted (the overview stays exact) but not recorded, so the history costs
+/// the ack path nothing that matters however hard Slack sends. The window is per second and
+/// racy at its edge by a few deliveries, which this can afford.
+#[derive(Debug, Default)]
+pub struct Budget {
+    second: std::sync::atomic::AtomicU64,
+    used: std::sync::atomic::AtomicU32,
+}
+
+impl Budget {
+    pub fn take(&self, rate: u32, now_ms: u64) -> bool {
+        let second = now_ms / 1000;
+        if self.second.swap(second, Ordering::Relaxed) != second {
+            self.used.store(0, Ordering::Relaxed);
+        }
+        self.used.fetch_add(1, Ordering::Relaxed) < rate
+    }
+}
+
 /// The hash tag every key of `app`'s history shares.
 pub fn tag(prefix: &str, app: &str) -> String {
     format!("{{{prefix}:h:{app}}}")
@@ -176,7 +225,7 @@ mod tests {
         assert_eq!(h.dropped.get(), 0);
         let mut rx = h.take_receiver().unwrap();
         assert!(rx.try_recv().is_err(), "off: nothing queued");
-        h.set_on(true);
+        h.set(true, 100);
         for _ in 0..QUEUE + 3 {
             h.note(note());
         }
@@ -187,5 +236,9 @@ mod tests {
     #[test]
     fn one_hash_tag_per_app() {
         assert_eq!(tag("sg", "bot"), "{sg:h:bot}");
+        assert!(kept(&format!("3-{:016x}", KEPT | 5)) && !kept(&format!("3-{:016x}", 5u64)) && !kept("junk"));
+        let b = Budget::default();
+        assert!((0..3).all(|_| b.take(3, 1_000)) && !b.take(3, 1_999), "three a second");
+        assert!(b.take(3, 2_000), "and three the next");
     }
 }

@@ -22,14 +22,18 @@ use crate::live::Live;
 use crate::shared::Shared;
 use crate::store::{connect_lazy, Conn, Endpoint};
 
-/// Notes taken per batch.
-const BATCH: usize = 512;
+/// At most this many notes per window.
+const BATCH: usize = 1_024;
+/// How long the writer gathers notes before it writes them.
+const WINDOW: Duration = Duration::from_millis(100);
 /// How often each app's history is trimmed (and the on/off switch re-read after a reload).
 const TRIM_EVERY: Duration = Duration::from_secs(5);
 /// The overview's minutes live this long.
 const MINUTES_KEPT_SECS: u64 = 2 * 3600;
-/// At most this many deliveries go per app per trim.
+/// At most this many deliveries go per trim script call (each call holds Redis while it runs);
+/// a trim calls it again until it removes fewer, up to [`TRIM_CALLS`] times.
 const TRIM_MAX: usize = 2_000;
+const TRIM_CALLS: usize = 20;
 
 pub struct Writer {
     live: Arc<Live>,
@@ -55,36 +59,59 @@ impl BackgroundService for Writer {
             Ok(c) => c,
             Err(e) => return warn!(error = %e, "the delivery history has no Redis connection; it stays empty"),
         };
-        let errors = self.shared.metrics.history_errors.clone();
-        let mut trim = tokio::time::interval(TRIM_EVERY);
+        let mut tick = tokio::time::interval(TRIM_EVERY);
         let mut batch = Vec::with_capacity(BATCH);
         loop {
             tokio::select! {
                 n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
-                _ = trim.tick() => {
+                _ = tick.tick() => {
                     let ui = self.ui();
-                    self.shared.history.set_on(ui.keeps_history());
+                    self.shared.history.set(ui.keeps_history(), ui.history_rate);
                     if ui.keeps_history() {
-                        let prefix = self.live.get().config.redis.key_prefix.clone();
                         let apps: Vec<String> = self.live.get().config.apps.iter().map(|a| a.name.clone()).collect();
-                        if let Err(e) = trim_apps(&mut conn, &prefix, &apps, &ui).await {
-                            errors.inc();
-                            tracing::debug!(error = %e, "cannot trim the delivery history");
-                        }
+                        self.trim(&mut conn, &apps, &ui).await;
                     }
                     continue;
                 }
                 _ = shutdown.changed() => return,
             }
-            let ui = self.ui();
-            let prefix = self.live.get().config.redis.key_prefix.clone();
-            for (app, notes) in by_app(&batch) {
-                if let Err(e) = write(&mut conn, &tag(&prefix, app), &ui, &notes).await {
-                    errors.inc();
-                    tracing::debug!(error = %e, "cannot write the delivery history; this batch is dropped");
+            // The window: what else comes within WINDOW of the first note, so that a delivery's
+            // arrival and its attempt (milliseconds apart) make one append.
+            let deadline = tokio::time::Instant::now() + WINDOW;
+            while batch.len() < BATCH {
+                let room = BATCH - batch.len();
+                match tokio::time::timeout_at(deadline, rx.recv_many(&mut batch, room)).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
                 }
             }
+            self.flush(&mut conn, &batch).await;
             batch.clear();
+        }
+    }
+}
+
+impl Writer {
+    /// One window's notes, written per app; then each app trimmed.
+    async fn flush(&self, conn: &mut Conn, batch: &[Note]) {
+        let ui = self.ui();
+        let prefix = self.live.get().config.redis.key_prefix.clone();
+        let mut apps = Vec::new();
+        for (app, notes) in by_app(batch) {
+            if let Err(e) = write(conn, &tag(&prefix, app), &ui, &notes).await {
+                self.shared.metrics.history_errors.inc();
+                tracing::debug!(error = %e, "cannot write the delivery history; this window is dropped");
+            }
+            apps.push(app.to_string());
+        }
+        self.trim(conn, &apps, &ui).await;
+    }
+
+    async fn trim(&self, conn: &mut Conn, apps: &[String], ui: &UiConfig) {
+        let prefix = self.live.get().config.redis.key_prefix.clone();
+        if let Err(e) = trim_apps(conn, &prefix, apps, ui).await {
+            self.shared.metrics.history_errors.inc();
+            tracing::debug!(error = %e, "cannot trim the delivery history");
         }
     }
 }
@@ -101,8 +128,9 @@ fn by_app(batch: &[Note]) -> Vec<(&str, Vec<&Note>)> {
     apps
 }
 
-/// One app's notes, as one pipeline: per delivery one `APPEND` of its new lines and one
-/// `PEXPIRE`; one `ZADD` of the arrivals; the minutes' counts.
+/// One app's notes, as one pipeline: per delivery one `APPEND` of its new lines (and a
+/// `PEXPIRE` when its arrival is not among them); one `ZADD` of the arrivals; the minutes'
+/// counts.
 pub async fn write(conn: &mut Conn, tag: &str, ui: &UiConfig, notes: &[&Note]) -> redis::RedisResult<()> {
     let (records, minutes) = fold(notes);
     let mut p = redis::pipe();
@@ -113,10 +141,17 @@ pub async fn write(conn: &mut Conn, tag: &str, ui: &UiConfig, notes: &[&Note]) -
     for (delivery, r) in &records {
         let key = format!("{tag}:d:{delivery}");
         p.cmd("APPEND").arg(&key).arg(&r.lines).ignore();
-        p.cmd("PEXPIRE").arg(&key).arg(ttl).ignore();
-        if let Some(ms) = r.arrived_ms {
-            index.arg(ms).arg(*delivery);
-            indexed = true;
+        match r.arrived_ms {
+            // Indexed: the trim removes it (by age and by count).
+            Some(ms) => {
+                index.arg(ms).arg(*delivery);
+                indexed = true;
+            }
+            // Not indexed here (a later step, or an arrival the full queue dropped): it must
+            // not outlive the history even if no index ever names it.
+            None => {
+                p.cmd("PEXPIRE").arg(&key).arg(ttl).ignore();
+            }
         }
     }
     if indexed {
@@ -246,15 +281,20 @@ pub async fn trim_apps(conn: &mut Conn, prefix: &str, apps: &[String], ui: &UiCo
     let mut gone = 0;
     for app in apps {
         let tag = tag(prefix, app);
-        let n: u64 = script
-            .key(format!("{tag}:idx"))
-            .arg(format!("{tag}:d:"))
-            .arg(oldest)
-            .arg(ui.history_max)
-            .arg(TRIM_MAX)
-            .invoke_async(conn)
-            .await?;
-        gone += n;
+        for _ in 0..TRIM_CALLS {
+            let n: u64 = script
+                .key(format!("{tag}:idx"))
+                .arg(format!("{tag}:d:"))
+                .arg(oldest)
+                .arg(ui.history_max)
+                .arg(TRIM_MAX)
+                .invoke_async(conn)
+                .await?;
+            gone += n;
+            if n < TRIM_MAX as u64 {
+                break;
+            }
+        }
     }
     Ok(gone)
 }

@@ -47,13 +47,15 @@ impl Ingress {
         }
         let via = if a.via.is_empty() { "http" } else { a.via };
         let what = match (outcome, a.arrival.take()) {
-            (Outcome::Duplicate | Outcome::DuplicateMessage, _) if !a.delivery.is_empty() => What::Absorbed {
-                retry_num: std::mem::take(&mut a.retry_num),
-                retry_reason: a.retry_reason,
-                outcome: outcome.as_label(),
-                ack_ms,
-                via,
-            },
+            (Outcome::Duplicate | Outcome::DuplicateMessage, _) if crate::history::kept(&a.delivery) => {
+                What::Absorbed {
+                    retry_num: std::mem::take(&mut a.retry_num),
+                    retry_reason: a.retry_reason,
+                    outcome: outcome.as_label(),
+                    ack_ms,
+                    via,
+                }
+            }
             (Outcome::Accepted | Outcome::Answered | Outcome::Ignored, Some(mut arrival)) => {
                 arrival.via = via;
                 arrival.retry_num = std::mem::take(&mut a.retry_num);

@@ -197,8 +197,11 @@ impl Ingress {
         audit.detail.clone_from(&d.detail);
         audit.receipt = d.receipt.clone().unwrap_or_default();
         let received_ms = now_ms();
-        let plan = plan::plan(d, app, self.config.redis.shards, received_ms, rand::random::<u64>());
-        if self.shared.history.is_on() {
+        // The id says whether the history keeps this delivery (see `history::KEPT`).
+        let kept = self.shared.history.keep_next(received_ms);
+        let nonce = rand::random::<u64>() & !crate::history::KEPT | if kept { crate::history::KEPT } else { 0 };
+        let plan = plan::plan(d, app, self.config.redis.shards, received_ms, nonce);
+        if kept {
             audit.arrival = Some(super::history::arrival(&v, &plan));
             audit.history_id.clone_from(&plan.id);
         }

@@ -132,7 +132,7 @@ async fn the_history_keeps_at_most_history_max_deliveries_per_app() {
     let redis = RedisServer::start();
     let bot = Receiver::start(SECRET).await;
     let mut cfg = GatewayConfig::new(&redis.url(), &prefix("hmax"), &bot.url());
-    cfg.tail = "[ui]\nhistory_max = 100\n".into();
+    cfg.tail = "[ui]\nhistory_max = 100\nhistory_rate = 100000\n".into();
     let gw = Gateway::start(&cfg).await;
     for i in 0..130 {
         assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvMax{i:03}")), SECRET)).await.0, 200);
@@ -145,4 +145,34 @@ async fn the_history_keeps_at_most_history_max_deliveries_per_app() {
     let rows = page["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 100, "the list and the index agree");
     assert!(rows.iter().all(|r| r["fields"]["receipt"] != "e:EvMax000"), "the oldest went first");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_history_rate_a_second_deliveries_are_counted_but_not_recorded() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("hrate"), &bot.url());
+    cfg.tail = "[ui]\nhistory_rate = 5\n".into();
+    let gw = Gateway::start(&cfg).await;
+    for i in 0..20 {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvRate{i:02}")), SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 20).await, "every delivery reaches the bot");
+    let tag = format!("{{{}:h:bot}}", cfg.prefix);
+    let minutes = || -> u64 {
+        redis
+            .keys(&format!("{tag}:m:*"))
+            .iter()
+            .map(|k| {
+                let n: Option<u64> = redis::cmd("HGET").arg(k).arg("ok").query(&mut redis.conn()).unwrap();
+                n.unwrap_or(0)
+            })
+            .sum()
+    };
+    assert!(eventually(Duration::from_secs(10), || minutes() == 20).await, "the overview counts all 20: {}", minutes());
+    let kept = redis.keys(&format!("{tag}:d:*")).len();
+    // Five a second: the 20 sends span a few seconds at most.
+    assert!((5..20).contains(&kept), "{kept} recorded in full");
+    let page = cli(&gw, &["deliveries", "--limit", "100"]);
+    assert_eq!(page["rows"].as_array().unwrap().len(), kept);
 }
