@@ -308,7 +308,8 @@ pub struct Entry {
     pub offset: String,
     pub kind: String,
     pub text: String,
-    pub link: Option<String>,
+    /// A link into Slack and its words.
+    pub link: Option<(String, &'static str)>,
 }
 
 #[derive(Template)]
@@ -380,7 +381,10 @@ fn entry(e: &serde_json::Value, start: u64) -> Entry {
         offset: format!("+{:.3} s", (at as i64 - start as i64) as f64 / 1000.0),
         kind: text("what").to_string(),
         text: describe(e),
-        link: message_link(text("channel"), text("ts")),
+        link: message_link(text("channel"), text("ts")).map(|url| {
+            let what = if text("what") == "wrote" { "open the reply in Slack" } else { "open the message in Slack" };
+            (url, what)
+        }),
     }
 }
 
@@ -415,10 +419,12 @@ fn gap(s: &Summary) -> String {
         0 => String::new(),
         t => {
             let gap = s.received() as f64 / 1000.0 - t as f64;
-            format!(
-                "Slack's event_time (whole seconds) is {} UTC; the gateway had it {gap:.1} s later.",
-                clock(t * 1000)
-            )
+            let by = match gap.abs() {
+                g if g < 120.0 => format!("{:.1} s", g),
+                g => age(g as u64 * 1000),
+            };
+            let when = if gap < 0.0 { "before Slack sent it (the clocks disagree)" } else { "later" };
+            format!("Slack's event_time (whole seconds) is {} UTC; the gateway had it {by} {when}.", clock(t * 1000))
         }
     }
 }

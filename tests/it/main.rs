@@ -36,4 +36,5 @@ mod turn_rules;
 mod turns;
 mod ui;
 mod ui_auth;
+mod ui_browser;
 mod unsigned;

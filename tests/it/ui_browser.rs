@@ -16,7 +16,7 @@ const LIMIT: Duration = Duration::from_secs(15);
 fn mention(event_id: &str, ts: &str, channel: &str) -> Vec<u8> {
     serde_json::json!({
         "token": "legacy-verification-token", "type": "event_callback", "event_id": event_id, "team_id": "T1",
-        "api_app_id": "A1", "event_time": 1_700_000_000, "authorizations": [{"user_id": "UBOT", "is_bot": true}],
+        "api_app_id": "A1", "event_time": unix_now(), "authorizations": [{"user_id": "UBOT", "is_bot": true}],
         "event": {"type": "app_mention", "user": "U1", "text": "<@UBOT> a private question", "channel": channel, "ts": ts}
     })
     .to_string()
@@ -80,10 +80,14 @@ async fn an_operator_finds_a_delivery_sees_its_reply_and_replays_a_dead_letter()
     let ts = "1700000600.000100";
     assert_eq!(send(s.gw.port, Req::signed("/slack/events", mention("EvBrAsk", ts, "C1"), SECRET)).await.0, 200);
     assert!(eventually(LIMIT, || s.bot.count() == 1).await);
-    let reply = call(s.gw.egress_port, "chat.postMessage", &format!("channel=C1&thread_ts={ts}&text=the+answer"), &[]).await;
+    let reply =
+        call(s.gw.egress_port, "chat.postMessage", &format!("channel=C1&thread_ts={ts}&text=the+answer"), &[]).await;
     assert!(reply.ok(), "{}", reply.body);
     s.bot.push(Reply::status(404));
-    assert_eq!(send(s.gw.port, Req::signed("/slack/events", mention("EvBrDead", "1700000700.000100", "C2"), SECRET)).await.0, 200);
+    assert_eq!(
+        send(s.gw.port, Req::signed("/slack/events", mention("EvBrDead", "1700000700.000100", "C2"), SECRET)).await.0,
+        200
+    );
     assert!(eventually(LIMIT, || s.bot.count() == 2).await);
     b.goto(&format!("{base}/ui/")).await;
     b.screenshot("ui_overview").await;
@@ -99,14 +103,21 @@ async fn an_operator_finds_a_delivery_sees_its_reply_and_replays_a_dead_letter()
     b.screenshot("ui_deliveries").await;
     b.click("#rows tr a").await;
     b.wait_for("ol.timeline", LIMIT).await;
-    let page = until_page(&b, &b.url().await, "the attempt and the reply", |p| p.contains("attempt 1 by") && p.contains("the bot wrote chat.postMessage")).await;
+    let url = b.url().await;
+    let page = until_page(&b, &url, "the attempt and the reply", |p| {
+        p.contains("attempt 1 by") && p.contains("the bot wrote chat.postMessage")
+    })
+    .await;
     assert!(page.contains("open the reply in Slack"), "a link to the posted reply");
     assert!(!page.contains("a private question") && !page.contains("legacy-verification-token"), "no text, no token");
     assert_eq!(s.slack.posts().len(), 1);
     b.screenshot("ui_delivery").await;
 
     // The dead letter: a form from another site is refused; the page's own button replays it.
-    let dead = until_page(&b, &format!("{base}/ui/deliveries?status=dead"), "the dead letter", |p| p.contains("href=\"/ui/d/")).await;
+    let dead = until_page(&b, &format!("{base}/ui/deliveries?status=dead"), "the dead letter", |p| {
+        p.contains("href=\"/ui/d/")
+    })
+    .await;
     let href = dead.split("href=\"/ui/d/").nth(1).unwrap().split('"').next().unwrap().to_string();
     let evil = format!("data:text/html,<form id=f method=post action=\"{base}/ui/d/{href}/purge\"><input name=csrf value=x></form><script>document.getElementById('f').submit()</script>");
     b.goto(&evil).await;
@@ -117,7 +128,10 @@ async fn an_operator_finds_a_delivery_sees_its_reply_and_replays_a_dead_letter()
     b.wait_for("ol.timeline", LIMIT).await;
     assert!(b.source().await.contains("Replay this dead letter"), "still a dead letter after the cross-site post");
     b.click("div.actions form button").await;
-    until_page(&b, &format!("{base}/ui/d/{href}"), "delivered after the replay", |p| p.contains("s-delivered\">delivered") && p.contains("replayed by an operator")).await;
+    until_page(&b, &format!("{base}/ui/d/{href}"), "delivered after the replay", |p| {
+        p.contains("s-delivered\">delivered") && p.contains("replayed by an operator")
+    })
+    .await;
     assert_eq!(s.bot.count(), 3, "the replay reached the bot once");
 }
 
@@ -127,10 +141,17 @@ async fn the_list_gains_a_row_without_a_reload() {
     let base = format!("http://127.0.0.1:{}", s.gw.admin_port);
     let b = Browser::start().await;
     log_in(&b, &base).await;
-    assert_eq!(send(s.gw.port, Req::signed("/slack/events", mention("EvBrFirst", "1700000800.000100", "C1"), SECRET)).await.0, 200);
-    until_page(&b, &format!("{base}/ui/deliveries"), "the first row", |p| p.matches("href=\"/ui/d/").count() == 1).await;
+    assert_eq!(
+        send(s.gw.port, Req::signed("/slack/events", mention("EvBrFirst", "1700000800.000100", "C1"), SECRET)).await.0,
+        200
+    );
+    until_page(&b, &format!("{base}/ui/deliveries"), "the first row", |p| p.matches("href=\"/ui/d/").count() == 1)
+        .await;
     b.js("window.stillThisPage = true; return null;").await;
-    assert_eq!(send(s.gw.port, Req::signed("/slack/events", mention("EvBrLive", "1700000900.000100", "C3"), SECRET)).await.0, 200);
+    assert_eq!(
+        send(s.gw.port, Req::signed("/slack/events", mention("EvBrLive", "1700000900.000100", "C3"), SECRET)).await.0,
+        200
+    );
     b.wait_until("a second row", LIMIT, async || b.find_all("#rows tr a").await.len() == 2).await.unwrap();
     assert_eq!(b.js("return window.stillThisPage === true;").await, serde_json::json!(true), "no reload");
     assert!(b.text("#live").await.contains("new"), "the change is announced");
