@@ -89,22 +89,7 @@ pub fn describe(e: &Value) -> String {
             s("outcome"),
             n("ack_ms")
         ),
-        "attempt" => {
-            let status =
-                if n("status") > 0.0 { format!("HTTP {}", e["status"]) } else { format!("no answer ({})", s("error")) };
-            let next = if n("next_retry_ms") > 0.0 {
-                format!(", next try in {:.1} s", n("next_retry_ms") / 1000.0)
-            } else {
-                String::new()
-            };
-            format!(
-                "attempt {} by {}: {status} in {:.1} ms → {}{next}",
-                e["number"],
-                s("by"),
-                n("latency_ms"),
-                s("outcome")
-            )
-        }
+        "attempt" => attempt(e),
         "held" => "held: an earlier turn of its thread is still running".into(),
         "replayed" => match s("as").as_str() {
             "" => "replayed by an operator: back on the outbox".into(),
@@ -123,6 +108,19 @@ pub fn describe(e: &Value) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// An attempt in words: who made it, what the bot answered, what follows.
+fn attempt(e: &Value) -> String {
+    let n = |k: &str| e[k].as_f64().unwrap_or(0.0);
+    let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+    let status =
+        if n("status") > 0.0 { format!("HTTP {}", e["status"]) } else { format!("no answer ({})", s("error")) };
+    let next = match n("next_retry_ms") {
+        ms if ms > 0.0 => format!(", next try in {:.1} s", ms / 1000.0),
+        _ => String::new(),
+    };
+    format!("attempt {} by {}: {status} in {:.1} ms → {}{next}", e["number"], s("by"), n("latency_ms"), s("outcome"))
 }
 
 /// A link that opens a posted message in Slack (the workspace the viewer is signed in to).

@@ -156,42 +156,7 @@ impl Folded {
         let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
         self.set("updated", at);
         match e["what"].as_str().unwrap_or_default() {
-            "arrived" => {
-                for k in [
-                    "kind",
-                    "detail",
-                    "team",
-                    "channel",
-                    "user",
-                    "ts",
-                    "thread",
-                    "receipt",
-                    "via",
-                    "conversation",
-                    "path",
-                    "content_type",
-                ] {
-                    let v = text(k);
-                    if !v.is_empty() {
-                        self.set(k, v);
-                    }
-                }
-                self.set("received", at);
-                self.set("asks", if e["asks"] == true { "1" } else { "0" });
-                if let Some(t) = e["event_time"].as_u64() {
-                    self.set("event_time", t);
-                }
-                if text("via") != "replay" {
-                    self.set("ack_ms", format!("{:.2}", e["ack_ms"].as_f64().unwrap_or(0.0)));
-                }
-                if !self.fields.contains_key("status") {
-                    let status = match e["outcome"].as_str().unwrap_or_default() {
-                        "accepted" | "answered" => "waiting".to_string(),
-                        other => other.to_string(),
-                    };
-                    self.set("status", status);
-                }
-            }
+            "arrived" => self.arrived(e, at),
             "absorbed" => self.bump("absorbed"),
             "attempt" => {
                 self.set("attempts", e["number"].as_u64().unwrap_or(0));
@@ -212,6 +177,47 @@ impl Folded {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+impl Folded {
+    /// What the arrival says: who, where, when, and the status until a step says more.
+    fn arrived(&mut self, e: &Value, at: u64) {
+        let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+        for k in [
+            "kind",
+            "detail",
+            "team",
+            "channel",
+            "user",
+            "ts",
+            "thread",
+            "receipt",
+            "via",
+            "conversation",
+            "path",
+            "content_type",
+        ] {
+            let v = text(k);
+            if !v.is_empty() {
+                self.set(k, v);
+            }
+        }
+        self.set("received", at);
+        self.set("asks", if e["asks"] == true { "1" } else { "0" });
+        if let Some(t) = e["event_time"].as_u64() {
+            self.set("event_time", t);
+        }
+        if text("via") != "replay" {
+            self.set("ack_ms", format!("{:.2}", e["ack_ms"].as_f64().unwrap_or(0.0)));
+        }
+        if !self.fields.contains_key("status") {
+            let status = match e["outcome"].as_str().unwrap_or_default() {
+                "accepted" | "answered" => "waiting".to_string(),
+                other => other.to_string(),
+            };
+            self.set("status", status);
         }
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! In Redis, every key of one app's history shares the hash tag `{<prefix>:h:<app>}` (one
 //! slot in a cluster, so the trim script sees all of them):
-//! - `…:d:<delivery>`: a string, one JSON line per thing that happened to it, appended
+//! - `…:t:<delivery>`: a string (its timeline), one JSON line per thing that happened to it, appended
 //!   ([`fields`] folds them back into the summary and the timeline);
 //! - `…:idx`: a sorted set of the deliveries by arrival (ms);
 //! - `…:m:<minute>`: what the ingress answered Slack in that minute, for the overview.

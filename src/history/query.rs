@@ -132,7 +132,7 @@ async fn scan(
         offset += ids.len();
         let mut p = redis::pipe();
         for id in &ids {
-            p.cmd("GET").arg(format!("{tag}:d:{id}"));
+            p.cmd("GET").arg(format!("{tag}:t:{id}"));
         }
         let records: Vec<Option<String>> = if ids.is_empty() { vec![] } else { p.query_async(conn).await? };
         for (id, record) in ids.iter().zip(records) {
@@ -160,7 +160,7 @@ pub struct Detail {
 
 pub async fn show(conn: &mut Conn, prefix: &str, app: &str, id: &str) -> RedisResult<Option<Detail>> {
     let record: Option<String> =
-        redis::cmd("GET").arg(format!("{}:d:{id}", tag(prefix, app))).query_async(conn).await?;
+        redis::cmd("GET").arg(format!("{}:t:{id}", tag(prefix, app))).query_async(conn).await?;
     Ok(record.as_deref().and_then(fold).map(|f| Detail {
         summary: Summary { app: app.to_string(), id: id.to_string(), fields: f.fields },
         body: f.body,

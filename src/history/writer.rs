@@ -139,7 +139,7 @@ pub async fn write(conn: &mut Conn, tag: &str, ui: &UiConfig, notes: &[&Note]) -
     index.arg(format!("{tag}:idx"));
     let mut indexed = false;
     for (delivery, r) in &records {
-        let key = format!("{tag}:d:{delivery}");
+        let key = format!("{tag}:t:{delivery}");
         p.cmd("APPEND").arg(&key).arg(&r.lines).ignore();
         match r.arrived_ms {
             // Indexed: the trim removes it (by age and by count).
@@ -284,7 +284,7 @@ pub async fn trim_apps(conn: &mut Conn, prefix: &str, apps: &[String], ui: &UiCo
         for _ in 0..TRIM_CALLS {
             let n: u64 = script
                 .key(format!("{tag}:idx"))
-                .arg(format!("{tag}:d:"))
+                .arg(format!("{tag}:t:"))
                 .arg(oldest)
                 .arg(ui.history_max)
                 .arg(TRIM_MAX)

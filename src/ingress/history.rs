@@ -34,41 +34,18 @@ pub(super) fn arrival(v: &super::slack_route::Verified, plan: &super::plan::Plan
 
 impl Ingress {
     /// Queue what the history keeps of one answered Slack request of `app`.
-    pub(super) fn remember(
-        &self,
-        app: &str,
-        a: &mut Audit,
-        (status, kind, outcome): (u16, RequestKind, Outcome),
-        ack_ms: f64,
-    ) {
+    pub(super) fn remember(&self, app: &str, a: &mut Audit, answered: (u16, RequestKind, Outcome), ack_ms: f64) {
         let history = &self.shared.history;
-        if !history.is_on() || app.is_empty() {
+        // Slack's deliveries only: not its handshakes (url_verification, ssl_check), which
+        // may come unsigned.
+        let delivery = matches!(
+            answered.1,
+            RequestKind::Event | RequestKind::Command | RequestKind::Interactivity | RequestKind::Opaque
+        );
+        if !history.is_on() || app.is_empty() || !delivery {
             return;
         }
-        let via = if a.via.is_empty() { "http" } else { a.via };
-        let what = match (outcome, a.arrival.take()) {
-            (Outcome::Duplicate | Outcome::DuplicateMessage, _) if crate::history::kept(&a.delivery) => {
-                What::Absorbed {
-                    retry_num: std::mem::take(&mut a.retry_num),
-                    retry_reason: a.retry_reason,
-                    outcome: outcome.as_label(),
-                    ack_ms,
-                    via,
-                }
-            }
-            (Outcome::Accepted | Outcome::Answered | Outcome::Ignored, Some(mut arrival)) => {
-                arrival.via = via;
-                arrival.retry_num = std::mem::take(&mut a.retry_num);
-                arrival.retry_reason = a.retry_reason;
-                arrival.ack_ms = ack_ms;
-                arrival.status = status;
-                arrival.outcome = outcome.as_label();
-                arrival.reason = std::mem::take(&mut a.reason);
-                What::Arrived(arrival)
-            }
-            // Refused, or answered without a delivery (a handshake): the overview counts it.
-            _ => What::Answered { status, ack_ms, kind: kind.as_label() },
-        };
+        let Some(what) = what_of(a, answered, ack_ms) else { return };
         let delivery = match &what {
             What::Answered { .. } => String::new(),
             _ if a.delivery.is_empty() => std::mem::take(&mut a.history_id),
@@ -78,4 +55,42 @@ impl Ingress {
         let at_ms = now_ms().saturating_sub(ack_ms as u64);
         history.note(Note { app: app.to_string(), delivery, at_ms, what });
     }
+}
+
+/// What the history notes of a request the ingress answered; `None`: nothing (it failed
+/// before its signature was checked: anyone can send those, and bad input changes nothing).
+fn what_of(a: &mut Audit, (status, kind, outcome): (u16, RequestKind, Outcome), ack_ms: f64) -> Option<What> {
+    let via = if a.via.is_empty() { "http" } else { a.via };
+    Some(match (outcome, a.arrival.take()) {
+        (Outcome::Duplicate | Outcome::DuplicateMessage, _) if crate::history::kept(&a.delivery) => What::Absorbed {
+            retry_num: std::mem::take(&mut a.retry_num),
+            retry_reason: a.retry_reason,
+            outcome: outcome.as_label(),
+            ack_ms,
+            via,
+        },
+        (Outcome::Accepted | Outcome::Answered | Outcome::Ignored, Some(mut arrival)) => {
+            arrival.via = via;
+            arrival.retry_num = std::mem::take(&mut a.retry_num);
+            arrival.retry_reason = a.retry_reason;
+            arrival.ack_ms = ack_ms;
+            arrival.status = status;
+            arrival.outcome = outcome.as_label();
+            arrival.reason = std::mem::take(&mut a.reason);
+            What::Arrived(arrival)
+        }
+        // Not recorded in full (past history_rate), or Slack's request that could not be
+        // recorded at all: the overview counts it.
+        (
+            Outcome::Accepted
+            | Outcome::Answered
+            | Outcome::Ignored
+            | Outcome::Duplicate
+            | Outcome::DuplicateMessage
+            | Outcome::Shed
+            | Outcome::StoreUnavailable,
+            _,
+        ) => What::Answered { status, ack_ms, kind: kind.as_label() },
+        _ => return None,
+    })
 }

@@ -139,7 +139,7 @@ async fn the_history_keeps_at_most_history_max_deliveries_per_app() {
     }
     assert!(eventually(Duration::from_secs(10), || bot.count() == 130).await);
     let tag = format!("{{{}:h:bot}}", cfg.prefix);
-    let kept = || redis.keys(&format!("{tag}:d:*")).len();
+    let kept = || redis.keys(&format!("{tag}:t:*")).len();
     assert!(eventually(Duration::from_secs(20), || kept() == 100).await, "{} kept", kept());
     let page = cli(&gw, &["deliveries", "--limit", "200"]);
     let rows = page["rows"].as_array().unwrap();
@@ -170,7 +170,7 @@ async fn past_history_rate_a_second_deliveries_are_counted_but_not_recorded() {
             .sum()
     };
     assert!(eventually(Duration::from_secs(10), || minutes() == 20).await, "the overview counts all 20: {}", minutes());
-    let kept = redis.keys(&format!("{tag}:d:*")).len();
+    let kept = redis.keys(&format!("{tag}:t:*")).len();
     // Five a second: the 20 sends span a few seconds at most.
     assert!((5..20).contains(&kept), "{kept} recorded in full");
     let page = cli(&gw, &["deliveries", "--limit", "100"]);
