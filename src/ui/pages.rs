@@ -187,8 +187,9 @@ pub fn risk(hour: &query::Counts) -> (&'static str, &'static str, String) {
         return ("ok", "No risk.", "Slack sent nothing in the last 60 minutes.".into());
     };
     let pct = failed * 100.0;
+    let deliveries = if n == 1 { "delivery" } else { "deliveries" };
     let words = format!(
-        "{pct:.1} % of Slack's {n} deliveries in the last 60 minutes did not get a 2xx; Slack may disable the app's events past 95 %."
+        "{pct:.1} % of Slack's {n} {deliveries} in the last 60 minutes did not get a 2xx; Slack may disable the app's events past 95 %."
     );
     match pct {
         p if p < 5.0 => ("ok", "No risk.", words),

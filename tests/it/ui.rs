@@ -207,5 +207,5 @@ async fn on_loopback_without_a_token_the_pages_open_and_never_show_tokens_or_tex
     let rows = page(port, "/ui/deliveries?rows=1", "", None).await;
     assert!(rows.body.trim_start().starts_with("<tr>") && rows.body.contains(&href), "the live list's rows alone");
     let overview = page(port, "/ui/", "", None).await;
-    assert!(overview.body.contains("of Slack&#39;s 1 deliveries"), "{}", overview.body);
+    assert!(overview.body.contains("of Slack&#39;s 1 delivery in"), "{}", overview.body);
 }
