@@ -291,7 +291,7 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 43] {
+    fn collectors(&self) -> [&dyn Collector; 45] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -336,6 +336,8 @@ impl Metrics {
             &self.socket.ack_seconds,
             &self.socket.reconnects,
             &self.socket.link_disabled,
+            &self.history_dropped,
+            &self.history_errors,
         ]
     }
 
