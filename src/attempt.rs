@@ -91,21 +91,17 @@ impl Attempted {
         outcome: Outcome,
         next_retry_ms: u64,
     ) {
-        if !shared.history.is_on() || !crate::history::kept(delivery) {
-            return;
-        }
-        let attempt = crate::history::Attempt {
-            number,
-            outcome: outcome.as_label(),
-            status: self.status().unwrap_or(0),
-            error: self.result.as_ref().err().map(SendError::as_label).unwrap_or_default(),
-            latency_ms: self.took.as_secs_f64() * 1000.0,
-            next_retry_ms,
-            by: by.to_string(),
-        };
-        let what = crate::history::What::Attempt(attempt);
-        let at_ms = crate::clock::now_ms();
-        shared.history.note(crate::history::Note { app: app.into(), delivery: delivery.into(), at_ms, what });
+        shared.history.step(app, delivery, || {
+            crate::history::What::Attempt(crate::history::Attempt {
+                number,
+                outcome: outcome.as_label(),
+                status: self.status().unwrap_or(0),
+                error: self.result.as_ref().err().map(SendError::as_label).unwrap_or_default(),
+                latency_ms: self.took.as_secs_f64() * 1000.0,
+                next_retry_ms,
+                by: by.to_string(),
+            })
+        });
     }
 }
 

@@ -84,13 +84,7 @@ pub fn turn_ended(shared: &Shared, app: &str, ended: &TurnEnded) {
     }
     for d in &ended.superseded {
         info!(target: "slackgate::audit", app, delivery = %d, by = next, "turn superseded");
-        if !crate::history::kept(d) {
-            continue;
-        }
-        let what = crate::history::What::Superseded { by: next.to_string() };
-        let note =
-            crate::history::Note { app: app.into(), delivery: d.to_string(), at_ms: crate::clock::now_ms(), what };
-        shared.history.note(note);
+        shared.history.step(app, d, || crate::history::What::Superseded { by: next.to_string() });
     }
 }
 

@@ -276,17 +276,7 @@ async fn usable(s: &Shard, lease: &Lease, loaded: Loaded) -> Option<Box<Stored>>
         }
         Loaded::Held => {
             info!(target: "slackgate::audit", app = %s.app.name, delivery = %lease.delivery, "turn held");
-            if !crate::history::kept(&lease.delivery) {
-                return None;
-            }
-            let what = crate::history::What::Held;
-            let note = crate::history::Note {
-                app: s.app.name.clone(),
-                delivery: lease.delivery.clone(),
-                at_ms: now_ms(),
-                what,
-            };
-            s.shared.history.note(note);
+            s.shared.history.step(&s.app.name, &lease.delivery, || crate::history::What::Held);
             None
         }
         Loaded::LeaseLost => {

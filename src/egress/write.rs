@@ -203,26 +203,18 @@ impl Egress {
 
     /// The write, for its delivery's history (with the posted message's `ts`).
     fn remember_write(&self, source: &super::store::Attributed, w: &Write, reply: &Reply, took: std::time::Duration) {
-        if !self.shared.history.is_on() || !crate::history::kept(&source.delivery) {
-            return;
-        }
-        let answer = serde_json::from_slice::<serde_json::Value>(&reply.answer.body).ok();
-        let ts = answer.as_ref().and_then(|v| v["ts"].as_str()).unwrap_or_default().to_string();
-        let write = crate::history::Write {
-            method: w.call.method.clone(),
-            channel: w.call.fields.channel.clone().unwrap_or_default(),
-            outcome: reply.outcome.as_label(),
-            key: if w.call.idempotency_key.is_some() { "idempotency_key" } else { "digest" },
-            ts,
-            took_ms: took.as_millis() as u64,
-        };
-        let note = crate::history::Note {
-            app: source.app.clone(),
-            delivery: source.delivery.clone(),
-            at_ms: now_ms(),
-            what: crate::history::What::Wrote(write),
-        };
-        self.shared.history.note(note);
+        self.shared.history.step(&source.app, &source.delivery, || {
+            let answer = serde_json::from_slice::<serde_json::Value>(&reply.answer.body).ok();
+            let ts = answer.as_ref().and_then(|v| v["ts"].as_str()).unwrap_or_default().to_string();
+            crate::history::What::Wrote(crate::history::Write {
+                method: w.call.method.clone(),
+                channel: w.call.fields.channel.clone().unwrap_or_default(),
+                outcome: reply.outcome.as_label(),
+                key: if w.call.idempotency_key.is_some() { "idempotency_key" } else { "digest" },
+                ts,
+                took_ms: took.as_millis() as u64,
+            })
+        });
     }
 
     /// A write without the token or the fields to dedupe or attribute it: sent as it is; an

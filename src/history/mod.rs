@@ -79,6 +79,15 @@ impl History {
         }
     }
 
+    /// Queue what just happened to `delivery` (stamped now), when its history is kept in
+    /// full ([`kept`]); `what` is made only then.
+    pub fn step(&self, app: &str, delivery: &str, what: impl FnOnce() -> What) {
+        if self.is_on() && kept(delivery) {
+            let at_ms = crate::clock::now_ms();
+            self.note(Note { app: app.to_string(), delivery: delivery.to_string(), at_ms, what: what() });
+        }
+    }
+
     /// The writer's end of the queue (once per process).
     pub fn take_receiver(&self) -> Option<mpsc::Receiver<Note>> {
         self.rx.lock().ok()?.take()

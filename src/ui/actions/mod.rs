@@ -73,16 +73,11 @@ enum Replayed {
 
 async fn replay(ctx: &Context<'_>, app: &str, id: &str, d: &Detail) -> Result<Replayed, Failure> {
     let status = d.summary.get("status");
-    let note = |as_id: String| Note {
-        app: app.into(),
-        delivery: id.into(),
-        at_ms: crate::clock::now_ms(),
-        what: What::Replayed { as_id },
-    };
+    let replayed = |as_id: String| ctx.shared.history.step(app, id, || What::Replayed { as_id });
     match (status, &d.body) {
         ("dead", _) => match ctx.ops.replay(Some(app), id).await {
             Ok(()) => {
-                ctx.shared.history.note(note(String::new()));
+                replayed(String::new());
                 Ok(Replayed::Dead)
             }
             Err(crate::ops::OpsError::NotDead(_)) => Ok(Replayed::Not("it is no longer a dead letter".into())),
@@ -98,7 +93,7 @@ async fn replay(ctx: &Context<'_>, app: &str, id: &str, d: &Detail) -> Result<Re
                 detail: s.get("detail"),
             };
             let new_id = ctx.ops.redeliver(app, id, again).await.map_err(ops_failure)?;
-            ctx.shared.history.note(note(new_id.clone()));
+            replayed(new_id.clone());
             ctx.shared.history.note(arrival_of_replay(app, &new_id, d, body));
             Ok(Replayed::Again(new_id))
         }
