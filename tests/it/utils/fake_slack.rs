@@ -6,6 +6,11 @@
 //! carries Slack's headers (`X-Slack-Req-Id`, the OAuth scopes); `test.large` answers a read of
 //! any size. `chat.update`, the streaming calls (`chat.startStream` keeps a message as a post
 //! does) and `assistant.threads.setStatus` answer ok.
+//!
+//! Slack's rate-limit tiers for the history reads can be taught ([`FakeSlack::tier`]): per
+//! method and per token (one app), so many calls in any 60 s, each page at most so many
+//! messages; past it, 429 with the `Retry-After` until the oldest call leaves the minute.
+//! Messages of people ([`FakeSlack::add_message`]) show in history beside the posts.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -73,6 +78,10 @@ struct State {
     looks: Mutex<VecDeque<Look>>,
     /// `auth.test` per token: user id, bot id (else [`BOT_USER`], [`BOT_ID`]).
     identities: Mutex<HashMap<String, (String, String)>>,
+    /// Per method: calls a minute, messages a page.
+    tiers: Mutex<HashMap<String, (usize, usize)>>,
+    /// Per (token, method): when each call within the last minute came.
+    tier_calls: Mutex<HashMap<(String, String), VecDeque<std::time::Instant>>>,
 }
 
 pub struct FakeSlack {
@@ -122,6 +131,20 @@ impl FakeSlack {
         self.state.identities.lock().unwrap().insert(token.into(), (user_id.into(), bot_id.into()));
     }
 
+    /// `method` (`conversations.history`, `.replies`) takes `per_minute` calls in any 60 s per
+    /// token, and answers at most `page` messages; Slack's tier 1 is `(1, 15)`.
+    pub fn tier(&self, method: &str, per_minute: usize, page: usize) {
+        self.state.tiers.lock().unwrap().insert(method.into(), (per_minute, page));
+    }
+
+    /// A message of someone else's (`{ts, user, text, thread_ts?}`) that history shows in
+    /// `channel`, beside the posts.
+    pub fn add_message(&self, channel: &str, message: Value) {
+        let mut kept = message;
+        kept["channel"] = Value::String(channel.into());
+        self.state.posts.lock().unwrap().push(kept);
+    }
+
     pub fn calls(&self) -> Vec<ApiCall> {
         self.state.calls.lock().unwrap().clone()
     }
@@ -144,9 +167,10 @@ impl FakeSlack {
             .collect()
     }
 
-    /// Messages posted (and kept), each `{channel, ts, thread_ts, text}`.
+    /// Messages posted (and kept), each `{channel, ts, thread_ts, text}`; not those of
+    /// [`FakeSlack::add_message`].
     pub fn posts(&self) -> Vec<Value> {
-        self.state.posts.lock().unwrap().clone()
+        self.state.posts.lock().unwrap().iter().filter(|p| p["user"] == BOT_USER).cloned().collect()
     }
 
     pub fn stop(self) {
@@ -159,6 +183,27 @@ fn is_write(method: &str) -> bool {
         || method.starts_with("reactions.")
         || method.starts_with("views.")
         || method.starts_with("assistant.threads.")
+}
+
+/// When `method` has a tier and this token has used it up in the last minute: the seconds
+/// until its oldest call leaves the minute (a call within the tier is counted).
+fn over_tier(st: &State, headers: &hyper::HeaderMap, f: &serde_json::Map<String, Value>, method: &str) -> Option<u64> {
+    let (per_minute, _) = *st.tiers.lock().unwrap().get(method)?;
+    let bearer = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|b| b.strip_prefix("Bearer "));
+    let token = bearer.or_else(|| f.get("token").and_then(Value::as_str)).unwrap_or_default().to_string();
+    let now = std::time::Instant::now();
+    let minute = Duration::from_secs(60);
+    let mut calls = st.tier_calls.lock().unwrap();
+    let used = calls.entry((token, method.to_string())).or_default();
+    while used.front().is_some_and(|t| now.duration_since(*t) >= minute) {
+        used.pop_front();
+    }
+    if used.len() < per_minute {
+        used.push_back(now);
+        return None;
+    }
+    let frees = minute.saturating_sub(now.duration_since(used[0]));
+    Some(frees.as_secs_f64().ceil().max(1.0) as u64)
 }
 
 /// The ts of the next message "Slack" makes.
@@ -249,6 +294,9 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
         Some(Behaviour::DropBefore) => return Err(std::io::Error::other("dropped")),
         _ => {}
     }
+    if let Some(after) = over_tier(&st, &parts.headers, &f, &method) {
+        return Ok(answer(429, json!({"ok": false, "error": "ratelimited"}), Some(after)));
+    }
     if method.starts_with("conversations.") {
         let look = st.looks.lock().unwrap().pop_front();
         match look {
@@ -298,16 +346,21 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
         "assistant.threads.setStatus" => json!({"ok": true}),
         "conversations.history" | "conversations.replies" => {
             let thread = (method == "conversations.replies").then(|| text("ts"));
-            let messages: Vec<Value> = st
+            let mut messages: Vec<Value> = st
                 .posts
                 .lock()
                 .unwrap()
                 .iter()
                 .filter(|p| p["channel"] == text("channel"))
-                .filter(|p| thread.as_ref().is_none_or(|t| p["thread_ts"].as_str() == Some(t)))
+                .filter(|p| {
+                    thread.as_ref().is_none_or(|t| p["thread_ts"].as_str() == Some(t) || p["ts"].as_str() == Some(t))
+                })
                 .cloned()
                 .collect();
-            json!({"ok": true, "messages": messages})
+            let page = st.tiers.lock().unwrap().get(&method).map_or(usize::MAX, |t| t.1);
+            let has_more = messages.len() > page;
+            messages.truncate(page);
+            json!({"ok": true, "messages": messages, "has_more": has_more})
         }
         // Reads echo what they were given, so a test can compare bytes.
         m if !is_write(m) => {
