@@ -27,6 +27,7 @@ mod messages;
 mod operate;
 mod overload;
 mod redis_locked;
+mod replies_record;
 mod sentinel;
 mod sim;
 mod socket_bots;
