@@ -281,7 +281,10 @@ scenario!(a_thread_not_seen_from_its_root_gets_slacks_429:
     python_unseen_root_fallback_on => Python, ON;
     js_unseen_root_fallback_on => Js, ON;
 );
+// Off: the same edit and deletion reach the bot (and are skipped), and the read gets Slack's 429.
 scenario!(edits_and_deletions_show_as_slack_shows_them:
     python_edits_fallback_on => Python, ON;
+    python_edits_fallback_off => Python, OFF;
     js_edits_fallback_on => Js, ON;
+    js_edits_fallback_off => Js, OFF;
 );
