@@ -16,6 +16,8 @@
 
 use std::time::Duration;
 
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
 use serde_json::{json, Value};
 
 use crate::utils::*;
@@ -136,6 +138,41 @@ impl Rig {
         );
     }
 
+    /// `conversations.replies` of C1's thread `ts` through the egress, as the bot's client sends
+    /// it (a GET with its token): the status, `X-Slackgate-Source` and the body.
+    async fn read_thread(&self, ts: &str) -> Read {
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<Full<Bytes>>();
+        let request = hyper::Request::get(format!(
+            "http://127.0.0.1:{}/api/conversations.replies?channel=C1&ts={ts}",
+            self.gw.egress_port
+        ))
+        .header("Authorization", "Bearer xoxb-test")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(10), client.request(request)).await;
+        let resp = resp.expect("the egress answered within 10 s").expect("the egress answered");
+        let status = resp.status().as_u16();
+        let source = resp.headers().get("x-slackgate-source").and_then(|v| v.to_str().ok()).map(String::from);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let body =
+            serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
+        Read { status, source, body }
+    }
+
+    /// Read thread `ts` through the egress until it lists `texts` (the bot's own answer is
+    /// recorded from the egress's answer to its post, in the background).
+    async fn read_until(&self, ts: &str, texts: &[&str]) -> Read {
+        let mut got = Read { status: 0, source: None, body: Value::Null };
+        let listed = until(Duration::from_secs(10), async || {
+            got = self.read_thread(ts).await;
+            got.texts() == texts
+        })
+        .await;
+        assert!(listed, "the thread read {:?}, expected {texts:?}\n{}", got, self.logs());
+        got
+    }
+
     /// Thread reads the egress answered from its record (0 before the counter exists).
     async fn served_from_record(&self) -> f64 {
         metric(self.gw.admin_port, FROM_RECORD).await
@@ -149,6 +186,28 @@ impl Rig {
             .map(|c| format!("{} {} {}", c.method, c.query.as_deref().unwrap_or(""), String::from_utf8_lossy(&c.body)))
             .collect();
         format!("{}--- gateway ---\n{}--- Slack API calls ---\n{}", self.bot.logs(), self.gw.log(), calls.join("\n"))
+    }
+}
+
+/// What a thread read through the egress got.
+#[derive(Debug)]
+struct Read {
+    status: u16,
+    /// `X-Slackgate-Source` (`record` when the record answered).
+    source: Option<String>,
+    body: Value,
+}
+
+impl Read {
+    fn texts(&self) -> Vec<&str> {
+        let messages = self.body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+        messages.iter().map(|m| m["text"].as_str().unwrap_or_default()).collect()
+    }
+
+    /// Slack's 429 as it came: no record's answer in its place.
+    fn assert_slacks_429(&self) {
+        assert_eq!((self.status, self.source.as_deref()), (429, None), "{self:?}");
+        assert_eq!(self.body["error"], "ratelimited", "{self:?}");
     }
 }
 
@@ -173,29 +232,53 @@ async fn a_burst_of_mentions_keeps_its_context(kind: Bolt, fallback: bool) {
     // Slack's minute is spent by now: this read is refused at Slack whatever the burst did.
     let ask = rig.say(102, Some(100), "<@UBOT> what now?").await;
     rig.handled(&ask).await;
-    let answers: Vec<Vec<String>> = burst.iter().map(|ts| rig.posts_in(ts)).collect();
-    let with_context = |i: usize| vec![format!("context 1 <@UBOT> question {}", i + 1)];
-    let no_context = |ts: &str| vec![format!("no context {ts}")];
     rig.assert_one_read_allowed();
     if fallback {
-        for (i, got) in answers.iter().enumerate() {
-            assert_eq!(*got, with_context(i), "mention {} answered with its thread\n{}", i + 1, rig.logs());
-        }
-        let context = ["context 3 the deploy failed on staging".to_string()];
-        assert_eq!(rig.posts_in(&root), context, "root, reply and mention, from the record\n{}", rig.logs());
-        let served = rig.served_from_record().await;
-        assert!(served >= f64::from(BURST), "{FROM_RECORD} = {served}, expected ≥ {BURST}\n{}", rig.logs());
+        burst_answered_from_record(&rig, &burst, &root).await;
     } else {
-        // Whichever mention the bot read first got Slack's one read; the rest its 429.
-        let first = (0..answers.len()).find(|&i| answers[i] == with_context(i));
-        let first = first.unwrap_or_else(|| panic!("no mention got Slack's one read: {answers:?}\n{}", rig.logs()));
-        for (i, got) in answers.iter().enumerate() {
-            let expected = if i == first { with_context(i) } else { no_context(&burst[i]) };
-            assert_eq!(*got, expected, "mention {}\n{}", i + 1, rig.logs());
-        }
-        assert_eq!(rig.posts_in(&root), no_context(&ask), "{}", rig.logs());
-        assert_eq!(rig.served_from_record().await, 0.0, "{}", rig.logs());
+        burst_got_slacks_429(&rig, &burst, &root, &ask).await;
     }
+}
+
+/// `context 1 <@UBOT> question <i>`: mention i (from 1) answered with its one-message thread.
+fn with_context(i: usize) -> Vec<String> {
+    vec![format!("context 1 <@UBOT> question {}", i + 1)]
+}
+
+fn no_context(ts: &str) -> Vec<String> {
+    vec![format!("no context {ts}")]
+}
+
+/// Fallback on: every mention answered with its thread (Slack's one read for the first, the
+/// record for the rest), the thread with context whole, in Slack's shape.
+async fn burst_answered_from_record(rig: &Rig, burst: &[String], root: &str) {
+    for (i, ts) in burst.iter().enumerate() {
+        assert_eq!(rig.posts_in(ts), with_context(i), "mention {} answered with its thread\n{}", i + 1, rig.logs());
+    }
+    let context = "context 3 the deploy failed on staging";
+    assert_eq!(rig.posts_in(root), [context], "root, reply and mention, from the record\n{}", rig.logs());
+    let served = rig.served_from_record().await;
+    assert!(served >= f64::from(BURST), "{FROM_RECORD} = {served}, expected ≥ {BURST}\n{}", rig.logs());
+    // The bot's own answer is in the record too, taken from the egress's answer to its post.
+    let thread = ["the deploy failed on staging", "it says the disk is full", "<@UBOT> what now?", context];
+    let read = rig.read_until(root, &thread).await;
+    assert_eq!((read.status, read.source.as_deref()), (200, Some("record")), "{read:?}");
+    let shape = (&read.body["ok"], &read.body["has_more"], &read.body["response_metadata"]["next_cursor"]);
+    assert_eq!(shape, (&json!(true), &json!(false), &json!("")), "Slack's shape: {read:?}");
+}
+
+/// Fallback off: the mention the bot read first got Slack's one read, the rest its 429.
+async fn burst_got_slacks_429(rig: &Rig, burst: &[String], root: &str, ask: &str) {
+    let answers: Vec<Vec<String>> = burst.iter().map(|ts| rig.posts_in(ts)).collect();
+    let first = (0..answers.len()).find(|&i| answers[i] == with_context(i));
+    let first = first.unwrap_or_else(|| panic!("no mention got Slack's one read: {answers:?}\n{}", rig.logs()));
+    for (i, got) in answers.iter().enumerate() {
+        let expected = if i == first { with_context(i) } else { no_context(&burst[i]) };
+        assert_eq!(*got, expected, "mention {}\n{}", i + 1, rig.logs());
+    }
+    assert_eq!(rig.posts_in(root), no_context(ask), "{}", rig.logs());
+    assert_eq!(rig.served_from_record().await, 0.0, "{}", rig.logs());
+    rig.read_thread(root).await.assert_slacks_429();
 }
 
 /// A thread whose root the gateway never received (it came before the gateway, or Slack never
@@ -217,6 +300,7 @@ async fn a_thread_not_seen_from_its_root_gets_slacks_429(kind: Bolt, fallback: b
     assert_eq!(rig.posts_in(&first), ["context 1 <@UBOT> hello"], "{}", rig.logs());
     rig.assert_one_read_allowed();
     assert_eq!(rig.served_from_record().await, 0.0, "{}", rig.logs());
+    rig.read_thread(&root).await.assert_slacks_429();
 }
 
 /// The root edited and a reply deleted before the mention: the record shows the root as edited
@@ -251,9 +335,16 @@ async fn edits_and_deletions_show_as_slack_shows_them(kind: Bolt, fallback: bool
     let ask = rig.say(103, Some(100), "<@UBOT> what now?").await;
     rig.handled(&ask).await;
     rig.assert_one_read_allowed();
-    let expected =
-        if fallback { "context 3 the deploy failed on staging".to_string() } else { format!("no context {ask}") };
-    assert_eq!(rig.posts_in(&root), [expected], "root (edited), the kept reply, the mention\n{}", rig.logs());
+    if !fallback {
+        assert_eq!(rig.posts_in(&root), [format!("no context {ask}")], "{}", rig.logs());
+        return rig.read_thread(&root).await.assert_slacks_429();
+    }
+    let context = "context 3 the deploy failed on staging";
+    assert_eq!(rig.posts_in(&root), [context], "root (edited), the kept reply, the mention\n{}", rig.logs());
+    let read = rig
+        .read_until(&root, &["the deploy failed on staging", "it says the disk is full", "<@UBOT> what now?", context])
+        .await;
+    assert_eq!(read.body["messages"][0]["edited"]["ts"], json!(edit), "the root as edited: {read:?}");
 }
 
 /// One `#[tokio::test]` per (framework, fallback) of a scenario.
