@@ -19,6 +19,7 @@
 //!   records (`outbox::Conversations`), where the two sides meet.
 
 mod attribution;
+mod budget;
 mod call;
 mod error;
 mod headers;
@@ -30,6 +31,7 @@ mod notes;
 mod pacing;
 mod plan;
 mod read;
+mod replies;
 mod rerun;
 mod retry;
 mod scripts;
@@ -101,10 +103,12 @@ pub enum Outcome {
     StoreUnavailable,
     /// Answered by the gateway itself: a Socket Mode bot's `apps.connections.open`.
     SocketOpened,
+    /// A `conversations.replies` Slack refused, answered from the gateway's record.
+    FromRecord,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 15] = [
+    pub const ALL: [Outcome; 16] = [
         Outcome::Forwarded,
         Outcome::ReplayedKey,
         Outcome::ReplayedRetry,
@@ -120,6 +124,7 @@ impl Outcome {
         Outcome::Failed,
         Outcome::StoreUnavailable,
         Outcome::SocketOpened,
+        Outcome::FromRecord,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -139,6 +144,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::StoreUnavailable => "store_unavailable",
             Outcome::SocketOpened => "socket_opened",
+            Outcome::FromRecord => "from_record",
         }
     }
 }
