@@ -207,3 +207,43 @@ async fn without_the_fallback_slacks_429_goes_back_unchanged_and_no_text_is_kept
     assert!(a.headers.get("x-slackgate-source").is_none() && a.headers.get("retry-after").is_some());
     assert!(s.redis.keys("*:seen:*:t:*").is_empty(), "no thread recorded: {:?}", s.redis.keys("*seen*"));
 }
+
+/// Issue 21's measure: what a burst of 20 uncertain posts in a row costs in history calls.
+/// With their own message events in a channel the gateway sees (Slack's tier 1 for history):
+/// none; without events (a channel it does not see, posts that never landed): one look each.
+/// `bench/uncertain.sh` runs this against an older build for the figures in BENCHMARKS.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_uncertain_posts_costs_one_history_call_at_most_each() {
+    const N: usize = 20;
+    let s = setup("evburst", "timeout = \"500ms\"\nevidence_window = \"300ms\"").await;
+    s.slack.tier("conversations.history", 1, 15);
+    let (gw, port) = (s.gw.port, s.gw.egress_port);
+    own_event(gw, "EvB0", "C1", "1700000000.000100", "an earlier answer").await;
+    let (mut settled, mut unknown) = (0, 0);
+    for i in 0..N {
+        s.slack.push(Behaviour::Drop);
+        let text = format!("answer {i}");
+        let body = format!("channel=C1&text=answer+{i}");
+        let asked = tokio::spawn(async move { call(port, "chat.postMessage", &body, &[]).await });
+        assert!(eventually(Duration::from_secs(5), || s.slack.posts().len() == i + 1).await);
+        let ts = s.slack.posts()[i]["ts"].as_str().unwrap().to_string();
+        own_event(gw, &format!("EvB{}", i + 1), "C1", &ts, &text).await;
+        match asked.await.unwrap().status {
+            200 => settled += 1,
+            _ => unknown += 1,
+        }
+    }
+    let with_events = history_calls(&s);
+    println!("BURST with_events posts={N} history_calls={with_events} settled={settled} unknown={unknown} posted={}", s.slack.posts().len());
+    assert_eq!((with_events, s.slack.posts().len()), (0, N));
+    // Posts that never landed, in a channel with no own messages seen.
+    for i in 0..N {
+        s.slack.push(Behaviour::DropBefore);
+        let a = call(port, "chat.postMessage", &format!("channel=C2&text=lost+{i}"), &[]).await;
+        assert!(a.ok(), "{}", a.body);
+    }
+    let without = history_calls(&s) - with_events;
+    let lost = s.slack.posts().iter().filter(|p| p["channel"] == "C2").count();
+    println!("BURST without_events posts={N} history_calls={without} posted={lost}");
+    assert_eq!((without, lost), (N, N), "one look each, each posted once");
+}
