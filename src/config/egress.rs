@@ -126,14 +126,7 @@ impl Validator<'_> {
         };
         let rerun_replay = self.switch(&key("rerun"), e.rerun.as_deref(), ("off", "replay"))?;
         let withhold_edited = self.switch(&key("on_edited"), e.on_edited.as_deref(), ("post", "withhold"))?;
-        let pace_per_second = e.pace_per_second.unwrap_or(1.0);
-        if !(0.01..=1000.0).contains(&pace_per_second) {
-            return Err(self.err(&key("pace_per_second"), "must be between 0.01 and 1000"));
-        }
-        let pace_burst = e.pace_burst.unwrap_or(3);
-        if !(1..=1000).contains(&pace_burst) {
-            return Err(self.err(&key("pace_burst"), "must be between 1 and 1000"));
-        }
+        let (pace_per_second, pace_burst) = self.pace(e)?;
         let positive = |k: &str, v: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
             let d = self.duration(&key(k), v, default)?;
             if d.is_zero() {
@@ -166,6 +159,19 @@ impl Validator<'_> {
             )?,
             replies_keep: positive("replies_keep", &e.replies_keep, Duration::from_secs(24 * 3600))?,
         })
+    }
+
+    /// chat.postMessage's pace: a rate and a burst.
+    fn pace(&self, e: &super::file::EgressSection) -> Result<(f64, u32), ConfigError> {
+        let pace_per_second = e.pace_per_second.unwrap_or(1.0);
+        if !(0.01..=1000.0).contains(&pace_per_second) {
+            return Err(self.err("egress.pace_per_second", "must be between 0.01 and 1000"));
+        }
+        let pace_burst = e.pace_burst.unwrap_or(3);
+        if !(1..=1000).contains(&pace_burst) {
+            return Err(self.err("egress.pace_burst", "must be between 1 and 1000"));
+        }
+        Ok((pace_per_second, pace_burst))
     }
 
     /// A two-way setting: `false` for `off` (the default), `true` for `on`.

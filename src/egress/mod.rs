@@ -1,5 +1,6 @@
 //! The egress for the Slack Web API: the bots' Web API clients point at it (a base-URL setting),
-//! and it forwards to Slack. Reads pass straight through with no Redis on their path; writes
+//! and it forwards to Slack. Reads pass straight through with no Redis on their path (the
+//! history reads are counted against Slack's budget: `budget`, `replies`); writes
 //! happen once, are paced, and are withheld when their source is gone (see `write`).
 //!
 //! - `call`: one call as the bot sent it, and the fields of a write.

@@ -1,5 +1,6 @@
 //! The read path: a call that is not a write goes to Slack and its answer comes back as it
-//! arrives, head and body untouched (its encoding too), with no Redis on its path. Nothing is
+//! arrives, head and body untouched (its encoding too), with no Redis on its path but the
+//! history reads' budget (`replies`). Nothing is
 //! buffered whole, so a `conversations.history` page of any size passes.
 
 use std::time::Instant;

@@ -64,11 +64,16 @@ impl Egress {
         let (token, store) = (call.token.as_ref()?, self.store()?);
         let th = token_hash(&store.hash_key().await.ok()?, token);
         let who = self.slack.identity(&th, token).await?;
-        let budget = Budget { who: &who, method: &call.method, per_minute: self.cfg().history_tier.per_minute() };
-        match store.history_count(&budget, now_ms()).await {
-            Ok(()) => self.shared.metrics.egress.history_calls.with_label_values(&[&call.method, "bot"]).inc(),
-            Err(e) => warn!(error = %e, "cannot count a history read against its budget"),
-        }
+        self.shared.metrics.egress.history_calls.with_label_values(&[&call.method, "bot"]).inc();
+        // Counted beside the call, not before it: the read never waits on Redis.
+        let (store, counted, method) = (store.clone(), who.clone(), call.method.clone());
+        let per_minute = self.cfg().history_tier.per_minute();
+        tokio::spawn(async move {
+            let budget = Budget { who: &counted, method: &method, per_minute };
+            if let Err(e) = store.history_count(&budget, now_ms()).await {
+                warn!(error = %e, "cannot count a history read against its budget");
+            }
+        });
         Some(who)
     }
 
