@@ -61,6 +61,7 @@ pub mod outbox;
 pub mod policy;
 pub mod pressure;
 pub mod secret;
+pub mod seen;
 pub mod shared;
 pub mod sim;
 pub mod slack;

@@ -170,6 +170,20 @@ pub struct Egress {
     /// Redis steps of writes skipped because an earlier step of the same call found Redis not
     /// answering.
     pub store_skipped: IntCounter,
+    /// Uncertain posts settled as posted, by what showed it (`events`, `history`).
+    pub reconciled: IntCounterVec,
+    /// History reads (`conversations.history`, `.replies`) by method and caller (`egress`: its
+    /// looks for uncertain posts; `bot`: the bots' own reads through it).
+    pub history_calls: IntCounterVec,
+    /// Looks the egress did not make: no budget left in Slack's tier for the method.
+    pub history_refused: IntCounterVec,
+    /// `conversations.replies` Slack refused (429) that the egress answered from its record.
+    pub replies_from_record: IntCounter,
+    /// What the ingress saw of conversations (own posts, thread messages) dropped: its writer
+    /// was behind.
+    pub seen_dropped: IntCounter,
+    /// Batches of it Redis did not take.
+    pub seen_errors: IntCounter,
 }
 
 impl Egress {
@@ -189,6 +203,30 @@ impl Egress {
                 r
             )
             .expect("unique metric"),
+            reconciled: counter(r, "egress_reconciled_total", "Uncertain posts found posted, by evidence", &["from"]),
+            history_calls: counter(
+                r,
+                "egress_history_calls_total",
+                "History reads through the egress, by method and caller",
+                &["method", "by"],
+            ),
+            history_refused: counter(
+                r,
+                "egress_history_refused_total",
+                "Looks for uncertain posts not made: the method's budget at Slack was spent",
+                &["method"],
+            ),
+            replies_from_record: int_counter(
+                r,
+                "egress_replies_from_record_total",
+                "conversations.replies Slack refused, answered from the gateway's record of the thread",
+            ),
+            seen_dropped: int_counter(
+                r,
+                "seen_dropped_total",
+                "Messages seen for evidence or the thread record dropped (writer behind)",
+            ),
+            seen_errors: int_counter(r, "seen_errors_total", "Batches of messages seen that Redis did not take"),
             slack_seconds: register_histogram_vec_with_registry!(
                 "egress_slack_seconds",
                 "Slack's latency as the egress saw it",
@@ -291,7 +329,7 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 45] {
+    fn collectors(&self) -> [&dyn Collector; 51] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -326,6 +364,12 @@ impl Metrics {
             &self.egress.pacing_seconds,
             &self.egress.slack_seconds,
             &self.egress.store_skipped,
+            &self.egress.reconciled,
+            &self.egress.history_calls,
+            &self.egress.history_refused,
+            &self.egress.replies_from_record,
+            &self.egress.seen_dropped,
+            &self.egress.seen_errors,
             &self.turns.conversations_waiting,
             &self.turns.held,
             &self.turns.duration_seconds,
@@ -399,6 +443,9 @@ impl Metrics {
         }
         for class in ["read", "write"] {
             self.egress.slack_seconds.with_label_values(&[class]);
+        }
+        for from in ["events", "history"] {
+            self.egress.reconciled.with_label_values(&[from]);
         }
     }
 

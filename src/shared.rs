@@ -24,6 +24,8 @@ pub struct Shared {
     pub bots: Arc<crate::socket::BotSockets>,
     /// Notes for the delivery history, queued for its writer (off the ack path).
     pub history: crate::history::History,
+    /// What the ingress saw of conversations (own posts, threads), queued for its writer.
+    pub seen: crate::seen::Seen,
     workers_running: AtomicBool,
 }
 
@@ -31,6 +33,7 @@ impl Default for Shared {
     fn default() -> Self {
         let metrics = Metrics::default();
         let history = crate::history::History::new(metrics.history_dropped.clone());
+        let seen = crate::seen::Seen::new(metrics.egress.seen_dropped.clone());
         Shared {
             metrics,
             drain: Arc::default(),
@@ -38,6 +41,7 @@ impl Default for Shared {
             sharded_since: tokio::sync::OnceCell::new(),
             bots: Arc::default(),
             history,
+            seen,
             workers_running: AtomicBool::new(false),
         }
     }

@@ -113,6 +113,11 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
     shared.history.set(config.ui.keeps_history(), config.ui.history_rate);
     let history = crate::history::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("history", history));
+    // What the egress reconciles and answers from; on from the first request with an egress.
+    let on = config.egress.listen.is_some();
+    shared.seen.set(on, on && config.egress.replies_fallback);
+    let seen = crate::seen::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
+    server.add_service(background_service("seen", seen));
     // The other listeners get the Slack listener's deadlines: a half-sent request or an idle
     // socket on them holds memory and file descriptors just the same.
     if let Some(addr) = &config.server.admin_listen {

@@ -55,6 +55,45 @@ pub struct EgressConfig {
     pub timeout: Duration,
     /// How long an uncertain post is looked for before it is posted.
     pub evidence_window: Duration,
+    /// Having received one of an app's own messages in a channel, the gateway counts on seeing
+    /// the next for this long: there, no evidence within the window means not posted.
+    pub evidence_recent: Duration,
+    /// Slack's tier for `conversations.history` and `.replies` of the apps behind the egress.
+    pub history_tier: HistoryTier,
+    /// Answer a `conversations.replies` Slack refused (429) from the gateway's record of the
+    /// thread, when it holds the thread from its root.
+    pub replies_fallback: bool,
+    /// The record of a thread lives this long after its root.
+    pub replies_keep: Duration,
+}
+
+/// Slack's rate-limit tier for the history reads (`conversations.history`, `.replies`), each
+/// method its own budget per app and workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryTier {
+    /// Internal and Marketplace apps: 50+ calls a minute.
+    Tier3,
+    /// Commercially distributed apps outside the Marketplace (created since 2025-05-29): one
+    /// call a minute, 15 messages a page.
+    Tier1,
+}
+
+impl HistoryTier {
+    /// Calls a minute per method.
+    pub fn per_minute(self) -> u32 {
+        match self {
+            HistoryTier::Tier3 => 50,
+            HistoryTier::Tier1 => 1,
+        }
+    }
+
+    /// Messages a page at most.
+    pub fn page(self) -> usize {
+        match self {
+            HistoryTier::Tier3 => 1_000,
+            HistoryTier::Tier1 => 15,
+        }
+    }
 }
 
 impl EgressConfig {
@@ -87,14 +126,7 @@ impl Validator<'_> {
         };
         let rerun_replay = self.switch(&key("rerun"), e.rerun.as_deref(), ("off", "replay"))?;
         let withhold_edited = self.switch(&key("on_edited"), e.on_edited.as_deref(), ("post", "withhold"))?;
-        let pace_per_second = e.pace_per_second.unwrap_or(1.0);
-        if !(0.01..=1000.0).contains(&pace_per_second) {
-            return Err(self.err(&key("pace_per_second"), "must be between 0.01 and 1000"));
-        }
-        let pace_burst = e.pace_burst.unwrap_or(3);
-        if !(1..=1000).contains(&pace_burst) {
-            return Err(self.err(&key("pace_burst"), "must be between 1 and 1000"));
-        }
+        let (pace_per_second, pace_burst) = self.pace(e)?;
         let positive = |k: &str, v: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
             let d = self.duration(&key(k), v, default)?;
             if d.is_zero() {
@@ -114,8 +146,32 @@ impl Validator<'_> {
             pace_burst,
             max_wait: positive("max_wait", &e.max_wait, Duration::from_secs(10))?,
             timeout: positive("timeout", &e.timeout, Duration::from_secs(10))?,
-            evidence_window: positive("evidence_window", &e.evidence_window, Duration::from_secs(3))?,
+            evidence_window: positive("evidence_window", &e.evidence_window, Duration::from_secs(5))?,
+            evidence_recent: positive("evidence_recent", &e.evidence_recent, Duration::from_secs(3600))?,
+            history_tier: match self.switch(&key("history_tier"), e.history_tier.as_deref(), ("tier3", "tier1"))? {
+                false => HistoryTier::Tier3,
+                true => HistoryTier::Tier1,
+            },
+            replies_fallback: self.switch(
+                &key("replies_fallback"),
+                e.replies_fallback.as_deref(),
+                ("off", "record"),
+            )?,
+            replies_keep: positive("replies_keep", &e.replies_keep, Duration::from_secs(24 * 3600))?,
         })
+    }
+
+    /// chat.postMessage's pace: a rate and a burst.
+    fn pace(&self, e: &super::file::EgressSection) -> Result<(f64, u32), ConfigError> {
+        let pace_per_second = e.pace_per_second.unwrap_or(1.0);
+        if !(0.01..=1000.0).contains(&pace_per_second) {
+            return Err(self.err("egress.pace_per_second", "must be between 0.01 and 1000"));
+        }
+        let pace_burst = e.pace_burst.unwrap_or(3);
+        if !(1..=1000).contains(&pace_burst) {
+            return Err(self.err("egress.pace_burst", "must be between 1 and 1000"));
+        }
+        Ok((pace_per_second, pace_burst))
     }
 
     /// A two-way setting: `false` for `off` (the default), `true` for `on`.

@@ -95,6 +95,10 @@ pub struct EgressSection {
     pub max_wait: Option<String>,
     pub timeout: Option<String>,
     pub evidence_window: Option<String>,
+    pub evidence_recent: Option<String>,
+    pub history_tier: Option<String>,
+    pub replies_fallback: Option<String>,
+    pub replies_keep: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

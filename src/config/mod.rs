@@ -18,7 +18,7 @@ mod values;
 
 pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
-pub use egress::{EgressConfig, DEFAULT_WRITE_METHODS};
+pub use egress::{EgressConfig, HistoryTier, DEFAULT_WRITE_METHODS};
 pub use server::SLACK_HOOKS_HOST;
 pub use socket::warnings as socket_warnings;
 pub use socket::{SocketModeConfig, SLACK_MAX_CONNECTIONS};

@@ -66,13 +66,18 @@ fn found(page: &Value, who: &Identity, channel: &str, text: &str) -> Option<Cach
         by_us && digest(field("text").as_bytes()) == want
     };
     let m = page.get("messages").and_then(Value::as_array).and_then(|ms| ms.iter().find(ours))?;
-    let ts = m.get("ts").cloned().unwrap_or(Value::Null);
-    let body = serde_json::json!({ "ok": true, "channel": channel, "ts": ts, "message": m });
-    Some(Cached {
+    Some(posted(channel, m))
+}
+
+/// The answer Slack would have given to the post of `message` in `channel`.
+pub(super) fn posted(channel: &str, message: &Value) -> Cached {
+    let ts = message.get("ts").cloned().unwrap_or(Value::Null);
+    let body = serde_json::json!({ "ok": true, "channel": channel, "ts": ts, "message": message });
+    Cached {
         status: 200,
         content_type: "application/json; charset=utf-8".into(),
         body: body.to_string().into(),
         retry_after: None,
         headers: Vec::new(),
-    })
+    }
 }

@@ -1,5 +1,6 @@
 //! The egress for the Slack Web API: the bots' Web API clients point at it (a base-URL setting),
-//! and it forwards to Slack. Reads pass straight through with no Redis on their path; writes
+//! and it forwards to Slack. Reads pass straight through with no Redis on their path (the
+//! history reads are counted against Slack's budget: `budget`, `replies`); writes
 //! happen once, are paced, and are withheld when their source is gone (see `write`).
 //!
 //! - `call`: one call as the bot sent it, and the fields of a write.
@@ -19,6 +20,7 @@
 //!   records (`outbox::Conversations`), where the two sides meet.
 
 mod attribution;
+mod budget;
 mod call;
 mod error;
 mod headers;
@@ -30,6 +32,7 @@ mod notes;
 mod pacing;
 mod plan;
 mod read;
+mod replies;
 mod rerun;
 mod retry;
 mod scripts;
@@ -101,10 +104,12 @@ pub enum Outcome {
     StoreUnavailable,
     /// Answered by the gateway itself: a Socket Mode bot's `apps.connections.open`.
     SocketOpened,
+    /// A `conversations.replies` Slack refused, answered from the gateway's record.
+    FromRecord,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 15] = [
+    pub const ALL: [Outcome; 16] = [
         Outcome::Forwarded,
         Outcome::ReplayedKey,
         Outcome::ReplayedRetry,
@@ -120,6 +125,7 @@ impl Outcome {
         Outcome::Failed,
         Outcome::StoreUnavailable,
         Outcome::SocketOpened,
+        Outcome::FromRecord,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -139,6 +145,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::StoreUnavailable => "store_unavailable",
             Outcome::SocketOpened => "socket_opened",
+            Outcome::FromRecord => "from_record",
         }
     }
 }

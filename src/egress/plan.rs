@@ -8,7 +8,8 @@
 //! - [`rerun`]: whether a write of a re-run replays the earlier run's.
 //! - [`pace_per`], [`retry_wait`]: pacing, and how long Slack's 429 is waited out.
 //! - [`settles`]: what an outcome leaves in a record for the next identical call.
-//! - [`recovery`], [`Looks`]: an uncertain write, by method, and the evidence-window rule.
+//! - [`recovery`], [`Window`], [`from_events`]: an uncertain write, by method, and the
+//!   evidence-window rule.
 
 use std::time::Duration;
 
@@ -355,68 +356,50 @@ pub(super) fn unsettled_from(sent_ms: u64, now_ms: u64, timeout: Duration) -> (u
     (sent_ms, sent_ms.saturating_add(timeout.as_millis() as u64))
 }
 
-/// At most this many looks for one post; the first three spread over the evidence window.
-pub(super) const LOOKS: u64 = 4;
-/// A refused look waits at least this long before the next, and at most `evidence_window`.
-pub(super) const MIN_LOOK_GAP: Duration = Duration::from_secs(1);
-
-/// The looks for a post whose answer was given up at `from_ms`. A post that landed late shows
-/// by the end of the evidence window after that, so "not found" needs a look that ran at or
-/// after its end; refused looks stop at twice the window.
+/// An uncertain post's evidence window: a post that landed late shows by its end (its own
+/// message event, or in history), so "not there" needs evidence read at or after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Looks {
+pub(super) struct Window {
     from_ms: u64,
     window: Duration,
 }
 
-/// How a look went, for the gap before the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LookGap {
-    /// Ran, and did not find it.
-    Ran,
-    /// Slack said 429, with its `Retry-After` if any.
-    RateLimited(Option<Duration>),
-    Failed,
+impl Window {
+    /// The window of a post whose answer was given up at `from_ms`.
+    pub fn new(from_ms: u64, window: Duration) -> Self {
+        Window { from_ms, window }
+    }
+
+    /// Evidence read at or after this saw what could have landed.
+    pub fn end(&self) -> u64 {
+        self.from_ms.saturating_add(self.window.as_millis() as u64)
+    }
+
+    /// Whether evidence read at `read_at` that did not show the post means it is not there.
+    pub fn not_found(&self, read_at: u64) -> bool {
+        read_at >= self.end()
+    }
 }
 
-impl Looks {
-    pub fn new(from_ms: u64, window: Duration) -> Self {
-        Looks { from_ms, window }
-    }
+/// What an uncertain post's wait for its own message event ended in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FromEvents {
+    /// Its event came: posted, with this `ts`.
+    Found,
+    /// The gateway sees this app's posts in the channel, and none came by the window's end:
+    /// not posted, and no history call.
+    NotPosted,
+    /// It does not see them there (or could not read): history decides.
+    AskHistory,
+}
 
-    fn window_ms(&self) -> u64 {
-        self.window.as_millis() as u64
-    }
-
-    /// A look that ran at or after this found what could have landed.
-    pub fn covered_at(&self) -> u64 {
-        self.from_ms.saturating_add(self.window_ms())
-    }
-
-    fn give_up_at(&self) -> u64 {
-        self.covered_at().saturating_add(self.window_ms())
-    }
-
-    /// When the `i`-th look (from 1) runs, no sooner than `not_before`; `None` past giving up.
-    pub fn at(&self, i: u64, not_before: u64) -> Option<u64> {
-        let at = self.from_ms.saturating_add(self.window_ms() * i.min(3) / 3).max(not_before);
-        (at <= self.give_up_at()).then_some(at)
-    }
-
-    /// Whether a look at `looked_at` that did not find the post means it is not there.
-    pub fn not_found(&self, looked_at: u64) -> bool {
-        looked_at >= self.covered_at()
-    }
-
-    /// How long after a look the next may run.
-    pub fn gap(&self, look: LookGap) -> Duration {
-        match look {
-            LookGap::Ran => Duration::ZERO,
-            LookGap::RateLimited(after) => {
-                after.unwrap_or(MIN_LOOK_GAP).clamp(MIN_LOOK_GAP, self.window.max(MIN_LOOK_GAP))
-            }
-            LookGap::Failed => MIN_LOOK_GAP.min(self.window),
-        }
+/// The rule: only where the gateway sees the app's own posts does their absence, read at or
+/// after the window's end, mean "not posted".
+pub(super) fn from_events(found: bool, sees: bool, window: &Window, read_at: u64) -> FromEvents {
+    match (found, sees && window.not_found(read_at)) {
+        (true, _) => FromEvents::Found,
+        (false, true) => FromEvents::NotPosted,
+        (false, false) => FromEvents::AskHistory,
     }
 }
 

@@ -178,20 +178,13 @@ fn an_unsettled_writes_window_starts_at_its_timeout_and_never_in_the_future() {
 }
 
 #[test]
-fn looks_spread_over_the_window_and_only_a_late_one_says_not_found() {
-    let looks = Looks::new(1_000, Duration::from_secs(3));
-    let ats: Vec<_> = (1..=LOOKS).map(|i| looks.at(i, 0)).collect();
-    assert_eq!(ats, [Some(2_000), Some(3_000), Some(4_000), Some(4_000)]);
-    assert_eq!(looks.at(2, 6_500), Some(6_500), "held by a refused look");
-    assert_eq!(looks.at(2, 7_001), None, "past twice the window");
-    assert!(!looks.not_found(3_999));
-    assert!(looks.not_found(4_000));
-    let s = Duration::from_secs;
-    assert_eq!(looks.gap(LookGap::Ran), Duration::ZERO);
-    assert_eq!(looks.gap(LookGap::RateLimited(None)), s(1));
-    assert_eq!(looks.gap(LookGap::RateLimited(Some(s(60)))), s(3), "at most the window");
-    assert_eq!(looks.gap(LookGap::Failed), s(1));
-    assert_eq!(Looks::new(0, Duration::from_millis(200)).gap(LookGap::Failed), Duration::from_millis(200));
+fn only_a_channel_the_gateway_sees_says_not_posted_and_only_after_the_window() {
+    let w = Window::new(1_000, Duration::from_secs(3));
+    assert_eq!(w.end(), 4_000);
+    assert_eq!(from_events(true, false, &w, 0), FromEvents::Found);
+    assert_eq!(from_events(false, true, &w, 4_000), FromEvents::NotPosted);
+    assert_eq!(from_events(false, true, &w, 3_999), FromEvents::AskHistory, "read before the window's end");
+    assert_eq!(from_events(false, false, &w, 9_000), FromEvents::AskHistory, "a channel it does not see");
 }
 
 fn any_state() -> impl Strategy<Value = Option<SourceState>> {
@@ -270,23 +263,18 @@ proptest! {
         }
     }
 
-    /// "Not found" only from a look at or after the window's end; no look past twice the window,
-    /// none before its turn, and the last spread look runs at the window's end.
+    /// "Not posted" only from evidence read at or after the window's end, and only where the
+    /// gateway sees the app's posts.
     #[test]
-    fn looks_cover_the_window_before_not_found(
+    fn not_posted_needs_the_whole_window_and_a_channel_it_sees(
         from in 0u64..1u64 << 40,
         window in 0u64..120_000,
-        i in 1u64..=LOOKS,
-        not_before in 0u64..1u64 << 41,
+        read_at in 0u64..1u64 << 41,
+        sees: bool,
     ) {
-        let looks = Looks::new(from, Duration::from_millis(window));
-        if let Some(at) = looks.at(i, not_before) {
-            prop_assert!(at <= from + 2 * window && at >= not_before && at >= from);
-            prop_assert_eq!(looks.not_found(at), at >= from + window);
-        }
-        prop_assert_eq!(looks.at(3, 0), Some(from + window));
-        if window > 0 {
-            prop_assert!(!looks.not_found(from + window - 1), "a look before the window's end never says not found");
-        }
+        let w = Window::new(from, Duration::from_millis(window));
+        let said = from_events(false, sees, &w, read_at);
+        prop_assert_eq!(said == FromEvents::NotPosted, sees && read_at >= from + window);
+        prop_assert_eq!(from_events(true, sees, &w, read_at), FromEvents::Found);
     }
 }

@@ -1,5 +1,6 @@
 //! The read path: a call that is not a write goes to Slack and its answer comes back as it
-//! arrives, head and body untouched (its encoding too), with no Redis on its path. Nothing is
+//! arrives, head and body untouched (its encoding too), with no Redis on its path but the
+//! history reads' budget (`replies`). Nothing is
 //! buffered whole, so a `conversations.history` page of any size passes.
 
 use std::time::Instant;
@@ -17,10 +18,30 @@ use super::{headers, respond, Egress, Outcome};
 impl Egress {
     /// A read; `true` when its answer reached the client whole.
     pub(super) async fn read(&self, call: &Call, session: &mut ServerSession) -> bool {
+        // A history read is counted against its app's budget (and may come from the record).
+        let who = self.history_read(call).await;
+        if let Some(reply) = self.record_page(call, who.as_ref()).await {
+            self.count("read", reply.outcome);
+            return respond(session, &reply).await;
+        }
         let started = Instant::now();
         let opened = self.slack.open(call, self.cfg().timeout).await;
         self.shared.metrics.egress.slack_seconds.with_label_values(&["read"]).observe(started.elapsed().as_secs_f64());
         match opened {
+            Ok(answer) if answer.status() == 429 && who.is_some() => {
+                let after = answer.headers().get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok());
+                let after = after.and_then(crate::upstream::parse_retry_after);
+                match self.refused_read(call, who.as_ref(), after).await {
+                    Some(reply) => {
+                        self.count("read", reply.outcome);
+                        respond(session, &reply).await
+                    }
+                    None => {
+                        self.count("read", Outcome::Forwarded);
+                        relay(session, answer, self.cfg().timeout).await
+                    }
+                }
+            }
             Ok(answer) => {
                 self.count("read", Outcome::Forwarded);
                 relay(session, answer, self.cfg().timeout).await

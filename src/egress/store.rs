@@ -253,6 +253,15 @@ impl EgressStore {
         Conversations::new(self.conn.clone(), &self.prefix, window)
     }
 
+    /// What the ingress saw of conversations (own posts, threads), on the same connection.
+    pub fn seen(&self) -> crate::seen::Record {
+        crate::seen::Record::new(self.conn.clone(), &self.prefix)
+    }
+
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// The apps' turns, on the same connection (a write's delivery names its shard).
     pub fn turns(&self) -> crate::outbox::Turns {
         crate::outbox::Turns::new(self.conn.clone(), &self.prefix)

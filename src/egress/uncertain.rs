@@ -2,9 +2,15 @@
 //! after the request was sent) is not sent again blindly. By method:
 //!
 //! - `chat.postMessage`: looked for — the bot's own message with the same text in the channel
-//!   (or thread) since just before it was sent, a few times over `evidence_window`. Found: that
-//!   is the answer. Not found by looks that covered the window (one ran at or after its end):
-//!   posted once. Could not look, or the looks that ran did not cover it: unknown.
+//!   (or thread) since just before it was sent, until `evidence_window` has passed:
+//!   1. **From events first.** The post's own message event, which the ingress keeps when the
+//!      app gets its own messages (see `seen`). Found: that is the answer, with the real `ts`,
+//!      and no history call. Where the gateway sees the app's own posts (one arrived there
+//!      within `evidence_recent`), none by the window's end means not posted: posted once.
+//!   2. **Else one history look** (`conversations.history`, or `.replies` in a thread) at the
+//!      window's end, within the app's budget for that method (`budget`). Found: the answer;
+//!      not there: posted once. No budget, or Slack's 429: unknown with `Retry-After` — never
+//!      "not found", which would post it twice, and never a loop of looks.
 //! - Writes whose repeat does no harm (`chat.update`, `chat.delete`, `reactions.add/remove`,
 //!   `views.update/publish`, `pins.add/remove`): sent once more; Slack's answer to that call
 //!   (e.g. `already_reacted`) goes to the bot.
@@ -12,31 +18,38 @@
 //!   `chat.meMessage`, `views.open/push`, `files.completeUploadExternal`, unknown methods):
 //!   unknown — never looked for (an ephemeral is not in history), never sent again.
 //!
-//! Unknown: the bot gets a 503 (`slackgate_uncertain`, `Retry-After: 5`) that its client
-//! retries, the intent is noted (`slackgate egress`, `GET /egress`) and counted (`unknown`).
-//! A retry of an unsettled write — its outcome unknown, or its call died with its claim — goes
-//! through the same rules: a post is looked for again, a harmless write sent again, the rest
+//! Unknown: the bot gets a 503 (`slackgate_uncertain`, `Retry-After`: 5 s, or longer when
+//! Slack's budget opens later) that its client retries, the intent is noted (`slackgate
+//! egress`, `GET /egress`) and counted (`unknown`). A retry of an unsettled write — its outcome
+//! unknown, or its call died with its claim — goes through the same rules: a post is looked
+//! for again (its event may have come meanwhile), a harmless write sent again, the rest
 //! answered unknown again.
 
 use std::time::Duration;
 
 use tracing::warn;
 
+use super::budget::Budget;
 use super::error::Error;
-use super::look::LookError;
+use super::look::{posted, LookError};
 use super::notes::NoteList;
-use super::plan::{self, LookGap, Looks, Recovery, LOOKS};
+use super::plan::{self, FromEvents, Recovery, Window};
 use super::slack_api::Identity;
-use super::store::Cached;
+use super::store::{Cached, EgressStore};
 use super::write::{forwarded, Write};
 use super::{Egress, Outcome, Reply};
 use crate::clock::now_ms;
+use crate::seen::record::Author;
 
 enum Looked {
     Found(Cached),
     NotFound,
-    Unsure,
+    /// Could not tell; Slack's budget opens again after this, when known.
+    Unsure(Option<Duration>),
 }
+
+/// How often an uncertain post's own message event is looked for in Redis.
+const EVENT_POLL: Duration = Duration::from_millis(100);
 
 /// What to do with a write whose earlier call never settled.
 pub(super) enum Unsettled {
@@ -60,7 +73,7 @@ impl Egress {
             Recovery::LookFor => match self.look_for(w, who, sent_ms, now_ms()).await {
                 Looked::Found(answer) => Reply::new(answer, Outcome::Reconciled),
                 Looked::NotFound => self.send_once_more(w).await,
-                Looked::Unsure => self.unknown(w, Error::Uncertain).await,
+                Looked::Unsure(after) => self.unknown_after(w, Error::Uncertain, after).await,
             },
         }
     }
@@ -80,7 +93,7 @@ impl Egress {
                 match self.look_for(w, who.as_ref(), sent_ms, from_ms).await {
                     Looked::Found(answer) => Unsettled::Answer(Reply::new(answer, Outcome::Reconciled)),
                     Looked::NotFound => Unsettled::SendAgain,
-                    Looked::Unsure => Unsettled::Answer(self.unknown(w, Error::Uncertain).await),
+                    Looked::Unsure(after) => Unsettled::Answer(self.unknown_after(w, Error::Uncertain, after).await),
                 }
             }
         }
@@ -93,40 +106,102 @@ impl Egress {
         }
     }
 
-    /// Look for a post sent at `sent_ms` whose answer was given up at `from_ms`, by the
-    /// evidence-window rule ([`Looks`]): looks refused on the way (429, errors) wait as Slack
-    /// asks and stop at twice the window — then unsure.
+    /// Look for a post sent at `sent_ms` whose answer was given up at `from_ms`: its own
+    /// message event until the window's end, then (where that cannot decide) one history look.
     async fn look_for(&self, w: &Write, who: Option<&Identity>, sent_ms: u64, from_ms: u64) -> Looked {
         let f = &w.call.fields;
-        let (Some(who), Some(token), Some(channel), Some(text)) =
-            (who, w.call.token.as_ref(), f.channel.as_deref(), f.text.as_deref())
+        let (Some(who), Some(token), Some(channel), Some(text), Some(store)) =
+            (who, w.call.token.as_ref(), f.channel.as_deref(), f.text.as_deref(), self.store())
         else {
-            return Looked::Unsure;
+            return Looked::Unsure(None);
         };
-        let looks = Looks::new(from_ms, self.cfg().evidence_window);
-        let mut not_before = 0;
-        for i in 1..=LOOKS {
-            let Some(at) = looks.at(i, not_before) else { break };
-            sleep_until_ms(at).await;
-            let looked_at = now_ms();
-            let look = match self.slack.find_post(token, who, channel, f.thread_ts.as_deref(), text, sent_ms).await {
-                Ok(Some(found)) => return Looked::Found(found),
-                Ok(None) if looks.not_found(looked_at) => return Looked::NotFound,
-                Ok(None) => LookGap::Ran,
-                Err(LookError::RateLimited(after)) => LookGap::RateLimited(after),
-                Err(LookError::Failed(e)) => {
-                    warn!(error = %e, "cannot look for an uncertain post");
-                    LookGap::Failed
-                }
-            };
-            not_before = now_ms().saturating_add(looks.gap(look).as_millis() as u64);
+        let post = Post { who, channel, thread: f.thread_ts.as_deref(), text, since_ms: sent_ms.saturating_sub(5_000) };
+        let window = Window::new(from_ms, self.cfg().evidence_window);
+        let (found, sees, read_at) = self.own_event(store, &post, &window).await;
+        match (plan::from_events(found.is_some(), sees, &window, read_at), found) {
+            (FromEvents::Found, Some(ts)) => {
+                self.shared.metrics.egress.reconciled.with_label_values(&["events"]).inc();
+                return Looked::Found(post.answer(&ts));
+            }
+            (FromEvents::NotPosted, _) => return Looked::NotFound,
+            _ => {}
         }
-        Looked::Unsure
+        sleep_until_ms(window.end()).await;
+        self.look_in_history(store, token, &post).await
+    }
+
+    /// Wait for the post's own message event until the window's end: its `ts` when it came,
+    /// else whether the gateway sees the app's posts in the channel (read then, so that a post
+    /// of the app's that came meanwhile counts), and when it last read. A Redis that cannot
+    /// tell sees nothing.
+    async fn own_event(&self, store: &EgressStore, post: &Post<'_>, window: &Window) -> (Option<String>, bool, u64) {
+        let seen = store.seen();
+        let author = Author { user: &post.who.user_id, bot_id: &post.who.bot_id };
+        let place = (post.who.team.as_str(), post.channel, post.thread);
+        let want = crate::seen::digest(post.text.as_bytes());
+        loop {
+            let read_at = now_ms();
+            let found = seen.own_post(place, &want, &author, post.since_ms).await;
+            match found {
+                Ok(Some(p)) => return (Some(p.ts), false, read_at),
+                Ok(None) if read_at >= window.end() => {
+                    let sees = seen.sees(&post.who.team, post.channel, &author).await;
+                    return (None, sees.unwrap_or(false), read_at);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(error = %e, "cannot read the evidence of an uncertain post");
+                    return (None, false, read_at);
+                }
+            }
+            tokio::time::sleep(EVENT_POLL.min(Duration::from_millis(window.end().saturating_sub(read_at)))).await;
+        }
+    }
+
+    /// One look in history, within the app's budget for the method: no budget or Slack's 429
+    /// is unsure (with when to try again), never "not found".
+    async fn look_in_history(&self, store: &EgressStore, token: &crate::secret::Secret, post: &Post<'_>) -> Looked {
+        let method = if post.thread.is_some() { "conversations.replies" } else { "conversations.history" };
+        let m = &self.shared.metrics.egress;
+        let budget = Budget { who: post.who, method, per_minute: self.cfg().history_tier.per_minute() };
+        match store.history_take(&budget, now_ms()).await {
+            Ok(None) => {}
+            Ok(Some(wait)) => {
+                m.history_refused.with_label_values(&[method]).inc();
+                return Looked::Unsure(Some(wait));
+            }
+            // Redis could not say what is left: one look, as without a budget.
+            Err(e) => warn!(error = %e, "cannot read the history budget; looking anyway"),
+        }
+        m.history_calls.with_label_values(&[method, "egress"]).inc();
+        match self.slack.find_post(token, post.who, post.channel, post.thread, post.text, post.since_ms + 5_000).await {
+            Ok(Some(found)) => {
+                m.reconciled.with_label_values(&["history"]).inc();
+                Looked::Found(found)
+            }
+            Ok(None) => Looked::NotFound,
+            Err(LookError::RateLimited(after)) => {
+                let after = after.unwrap_or(Duration::from_secs(60));
+                if let Err(e) = store.history_refused(&budget, now_ms(), after).await {
+                    warn!(error = %e, "cannot keep Slack's Retry-After for history");
+                }
+                Looked::Unsure(Some(after))
+            }
+            Err(LookError::Failed(e)) => {
+                warn!(error = %e, "cannot look for an uncertain post");
+                Looked::Unsure(None)
+            }
+        }
     }
 
     /// Unknown (`Error::Uncertain` or `RetryPending`): noted, and an error the bot's client
     /// retries.
     pub(super) async fn unknown(&self, w: &Write, error: Error) -> Reply {
+        self.unknown_after(w, error, None).await
+    }
+
+    /// The same, to be retried no sooner than `after` (when Slack's budget opens again).
+    async fn unknown_after(&self, w: &Write, error: Error, after: Option<Duration>) -> Reply {
         if let Some(store) = self.store() {
             let note = serde_json::json!({
                 "at": now_ms(), "method": w.call.method, "channel": w.call.fields.channel, "error": error.code(),
@@ -135,6 +210,37 @@ impl Egress {
                 warn!(error = %e, "cannot keep the note of an unknown write");
             }
         }
-        error.into()
+        let mut reply = Reply::from(error);
+        if let Some(after) = after {
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            reply.answer.retry_after = Some(reply.answer.retry_after.unwrap_or(0).max(secs));
+        }
+        reply
+    }
+}
+
+/// An uncertain post, as the looks for it see it.
+struct Post<'a> {
+    who: &'a Identity,
+    channel: &'a str,
+    thread: Option<&'a str>,
+    text: &'a str,
+    /// Its message is no older than this (a little before it was sent).
+    since_ms: u64,
+}
+
+impl Post<'_> {
+    /// The answer Slack would have given, from the post's own message event (`ts`).
+    fn answer(&self, ts: &str) -> Cached {
+        let mut m = serde_json::json!({
+            "type": "message", "user": self.who.user_id, "text": self.text, "ts": ts,
+        });
+        if !self.who.bot_id.is_empty() {
+            m["bot_id"] = self.who.bot_id.clone().into();
+        }
+        if let Some(thread) = self.thread {
+            m["thread_ts"] = thread.into();
+        }
+        posted(self.channel, &m)
     }
 }

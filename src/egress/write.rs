@@ -197,8 +197,23 @@ impl Egress {
         if succeeded(&reply.answer) {
             self.remember(to, w, &reply.answer).await;
             self.record_rerun(to, w, rerun, &reply.answer).await;
+            self.saw_post(&to.who, w, &reply.answer);
         }
         reply
+    }
+
+    /// A post, into its thread's record (when threads are recorded): Slack's answer carries the
+    /// message as history will show it.
+    fn saw_post(&self, who: &super::slack_api::Identity, w: &Write, answer: &Cached) {
+        if w.call.method != "chat.postMessage" || !self.shared.seen.records_threads() {
+            return;
+        }
+        let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&answer.body) else { return };
+        let (Some(channel), Some(message)) = (v["channel"].as_str().map(String::from), v.get_mut("message")) else {
+            return;
+        };
+        let message = message.take();
+        self.shared.seen.note(crate::seen::Sight::Posted { team: who.team.clone(), channel, message });
     }
 
     /// The write, for its delivery's history (with the posted message's `ts`).

@@ -251,6 +251,7 @@ const WRITE_FIELDS: &[(&str, &str)] = &[
     ("failed", "w:failed"),
     ("store_unavailable", "w:store_unavailable"),
     ("socket_opened", "w:socket_opened"),
+    ("from_record", "w:from_record"),
 ];
 
 /// Drop what is past `[ui] history`, then the oldest past `history_max`, with their hashes.

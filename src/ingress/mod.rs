@@ -112,6 +112,8 @@ struct Audit {
     /// (recorded nowhere else).
     arrival: Option<Box<crate::history::Arrival>>,
     history_id: String,
+    /// A message event, for the egress's evidence and thread record (queued after the answer).
+    sight: Option<crate::seen::Sight>,
 }
 
 impl Ingress {
@@ -193,6 +195,9 @@ impl Ingress {
             "ingress"
         );
         self.remember(app, a, (status, kind, outcome), elapsed.as_secs_f64() * 1000.0);
+        if let Some(sight) = a.sight.take() {
+            self.shared.seen.note(sight);
+        }
     }
 }
 

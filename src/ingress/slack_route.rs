@@ -196,6 +196,7 @@ impl Ingress {
         self.note_change(d);
         audit.detail.clone_from(&d.detail);
         audit.receipt = d.receipt.clone().unwrap_or_default();
+        audit.sight = self.sight(d, &v.body);
         let received_ms = now_ms();
         // The id says whether the history keeps this delivery (see `history::KEPT`).
         let kept = self.shared.history.keep_next(received_ms);
@@ -334,6 +335,19 @@ impl Ingress {
                 debug!(error = %e, "cannot record a deletion or an edit in the conversation records");
             }
         });
+    }
+
+    /// A message event for what the gateway sees (`seen`): an own post (by one of the bot users
+    /// `authorizations` names, or any bot's) as evidence, and every message for the thread
+    /// record when that is on. Whatever the filters say: the app's own posts are ignored for
+    /// delivery, and a thread's record needs every message.
+    fn sight(&self, d: &slack::Delivery, body: &bytes::Bytes) -> Option<crate::seen::Sight> {
+        let m = d.message.as_ref()?;
+        let own = m.user.as_ref().is_some_and(|u| d.bot_users.contains(u)) || m.bot_id.is_some();
+        if !self.shared.seen.wants(own) || m.team.is_empty() {
+            return None;
+        }
+        Some(crate::seen::Sight::Event { team: m.team.clone(), channel: m.channel.clone(), own, body: body.clone() })
     }
 
     /// Not admitted: 503 at once, nothing recorded (Slack retries).

@@ -16,6 +16,7 @@ mod egress_claims;
 mod egress_common;
 mod egress_http;
 mod egress_limits;
+mod evidence;
 mod fake_socket_selftest;
 mod fence;
 mod history;

@@ -247,3 +247,23 @@ fn turns_that_cannot_work_are_refused_with_the_key_named() {
     let unknown = load_err(&app("a", "SG_T_TURNS_2", "turns = { order = \"queue\", when = \"now\" }"));
     assert_eq!(unknown.key, "(toml)", "{unknown}");
 }
+
+#[test]
+fn the_history_tier_and_the_replies_fallback_are_checked() {
+    let base = app("a", "SG_T_TIER_1", "");
+    let egress = |lines: &str| format!("[egress]\nlisten = \"127.0.0.1:0\"\n{lines}\n{base}");
+    let c = load(&egress("")).unwrap().egress;
+    assert_eq!((c.history_tier, c.replies_fallback), (crate::config::HistoryTier::Tier3, false));
+    assert_eq!((c.evidence_window, c.evidence_recent, c.replies_keep), (secs(5), secs(3600), secs(86_400)));
+    let c =
+        load(&egress("history_tier = \"tier1\"\nreplies_fallback = \"record\"\nreplies_keep = \"2h\"")).unwrap().egress;
+    assert_eq!((c.history_tier.per_minute(), c.history_tier.page(), c.replies_fallback), (1, 15, true));
+    assert_eq!(c.replies_keep, secs(7200));
+    assert_err(&load_err(&egress("history_tier = \"tier2\"")), "egress.history_tier");
+    assert_err(&load_err(&egress("replies_fallback = \"on\"")), "egress.replies_fallback");
+    assert_err(&load_err(&egress("evidence_recent = \"0s\"")), "egress.evidence_recent");
+}
+
+fn secs(n: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(n)
+}
