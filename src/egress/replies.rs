@@ -127,6 +127,7 @@ impl Egress {
         };
         let page = q.page(&messages, self.cfg().history_tier.page())?;
         self.shared.metrics.egress.replies_from_record.inc();
+        tracing::info!(target: "slackgate::audit", channel = %q.channel, thread = %q.ts, "egress replies from the record");
         let mut reply = Reply::own(200, page, Outcome::FromRecord, None);
         reply.headers.push(("X-Slackgate-Source", "record"));
         Some(reply)

@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::budget::Budget;
 use super::error::Error;
@@ -46,6 +46,16 @@ enum Looked {
     NotFound,
     /// Could not tell; Slack's budget opens again after this, when known.
     Unsure(Option<Duration>),
+}
+
+impl Looked {
+    fn as_label(&self) -> &'static str {
+        match self {
+            Looked::Found(_) => "found",
+            Looked::NotFound => "not_posted",
+            Looked::Unsure(_) => "unknown",
+        }
+    }
 }
 
 /// How often an uncertain post's own message event is looked for in Redis.
@@ -118,16 +128,19 @@ impl Egress {
         let post = Post { who, channel, thread: f.thread_ts.as_deref(), text, since_ms: sent_ms.saturating_sub(5_000) };
         let window = Window::new(from_ms, self.cfg().evidence_window);
         let (found, sees, read_at) = self.own_event(store, &post, &window).await;
-        match (plan::from_events(found.is_some(), sees, &window, read_at), found) {
+        let (looked, from) = match (plan::from_events(found.is_some(), sees, &window, read_at), found) {
             (FromEvents::Found, Some(ts)) => {
                 self.shared.metrics.egress.reconciled.with_label_values(&["events"]).inc();
-                return Looked::Found(post.answer(&ts));
+                (Looked::Found(post.answer(&ts)), "events")
             }
-            (FromEvents::NotPosted, _) => return Looked::NotFound,
-            _ => {}
-        }
-        sleep_until_ms(window.end()).await;
-        self.look_in_history(store, token, &post).await
+            (FromEvents::NotPosted, _) => (Looked::NotFound, "events"),
+            _ => {
+                sleep_until_ms(window.end()).await;
+                (self.look_in_history(store, token, &post).await, "history")
+            }
+        };
+        info!(target: "slackgate::audit", channel, from, settled = looked.as_label(), "egress uncertain post");
+        looked
     }
 
     /// Wait for the post's own message event until the window's end: its `ts` when it came,
