@@ -144,7 +144,9 @@ async fn take_permits(s: &Shard, stop: &mut watch::Receiver<bool>) -> Option<Own
     let allowed = loop {
         let (allowed, in_flight) = look();
         let pause = s.shared.pressure.pause();
-        if in_flight < allowed && pause.is_zero() {
+        // Calm, with every attempt allowed: the semaphore itself is the wait (a poll here would
+        // hold a backlog's drain to one read per poll).
+        if pause.is_zero() && (in_flight < allowed || allowed >= max) {
             break allowed;
         }
         let wait = if in_flight < allowed { pause } else { pause.max(YIELD_POLL) };
