@@ -6,6 +6,7 @@
 //! - `reader`: read and re-claim entries, one attempt per entry, the fenced finish.
 //! - `housekeeping`: promote due retries, bound the dead letters, forget gone consumers, gauges.
 
+mod finisher;
 mod housekeeping;
 mod reader;
 
@@ -53,6 +54,8 @@ struct Shard {
     conversations: Option<Conversations>,
     /// The app's turns (`None`: it takes none).
     turns: Option<TurnRules>,
+    /// Where its delivered entries are finished together (apps without turns).
+    finisher: finisher::Finisher,
 }
 
 impl Shard {
@@ -128,6 +131,7 @@ impl DeliveryService {
                     response_url_hosts: response_url_hosts.clone(),
                     conversations: conversations.clone(),
                     turns: app.turns.when_on(),
+                    finisher: finisher::Finisher::spawn(store.clone(), keys.clone(), self.consumer.clone()),
                 });
                 tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), stop.clone()));
                 tasks.spawn(housekeeping::maintain_loop(s, stop.clone()));

@@ -319,7 +319,15 @@ async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempte
         _ => None,
     };
     let turn = s.turns.as_ref().zip(conversation.as_deref());
-    match s.store.finish_in_turn(&s.keys, &s.consumer, lease, how, turn).await {
+    // Delivered, with no turn to end: finished with the others of the moment, in one call.
+    let finished = match (&how, turn) {
+        (Finish::Done, None) => s.finisher.done(lease).await.map(|done| match done {
+            true => Finished::Recorded(None),
+            false => Finished::Fenced,
+        }),
+        _ => s.store.finish_in_turn(&s.keys, &s.consumer, lease, how, turn).await,
+    };
+    match finished {
         Ok(Finished::Recorded(turn)) => {
             if let Some(ended) = &turn {
                 s.turn_ended(ended);

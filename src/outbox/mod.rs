@@ -105,6 +105,7 @@ pub struct Store {
     inline_finish: Script,
     extend: Script,
     finish: Script,
+    finish_done_many: Script,
     reclaim: Script,
     promote: Script,
     stats: Script,
@@ -128,6 +129,7 @@ impl Store {
             inline_finish: Script::new(scripts::INLINE_FINISH),
             extend: Script::new(scripts::EXTEND),
             finish: Script::new(scripts::FINISH),
+            finish_done_many: Script::new(scripts::FINISH_DONE_MANY),
             reclaim: Script::new(scripts::RECLAIM),
             promote: Script::new(scripts::PROMOTE),
             stats: Script::new(scripts::STATS),
@@ -277,6 +279,26 @@ impl Store {
         how: Finish<'_>,
     ) -> Result<bool, StoreError> {
         Ok(self.finish_in_turn(keys, consumer, lease, how, None).await? != Finished::Fenced)
+    }
+
+    /// Fenced completion of several delivered entries of an app without turns, in one call:
+    /// `true` for each done, `false` for each whose lease another worker holds now.
+    pub async fn finish_done_many(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        leases: &[&Lease],
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut invocation = self.finish_done_many.key(&keys.stream);
+        invocation.key(&keys.wait).arg(GROUP).arg(consumer).arg(&keys.tag).arg(crate::clock::now_ms());
+        for lease in leases {
+            invocation.arg(&lease.entry).arg(lease.token).arg(&lease.delivery);
+        }
+        let done: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        if done.len() != leases.len() {
+            return Err(StoreError::Protocol(format!("{} answers for {} entries", done.len(), leases.len())));
+        }
+        Ok(done.into_iter().map(|d| d == 1).collect())
     }
 
     /// Fenced completion of a delivery of `conversation` (its key) for an app that takes turns

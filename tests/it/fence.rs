@@ -208,3 +208,34 @@ async fn dead_letters_past_their_age_or_count_are_dropped_with_their_bodies() {
     let again = store.trim_dead(&keys, now - 60_000, 4, 1000).await.unwrap();
     assert_eq!((again.by_age, again.by_count), (0, 0));
 }
+
+/// The batched completion of delivered entries (`finish_done_many`) fences each entry on its
+/// own: in one call, the stale holder's entry is refused and left as it was, the current
+/// holders' are done, and the minute's delivered count counts only those.
+#[tokio::test]
+async fn a_batched_completion_fences_each_entry_on_its_own() {
+    let (redis, store, mut reader, keys) = setup().await;
+    for (id, receipt) in [("0-a", "e:EvB1"), ("0-b", "e:EvB2"), ("0-c", "e:EvB3")] {
+        record(&store, &keys, id, receipt).await;
+    }
+    let held = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(held.len(), 3);
+    // 0-a's lease runs out and worker-b takes it over.
+    let taken = expired(&store, &keys, "worker-b", 1).await;
+    let stale = held.iter().find(|l| l.delivery == taken[0].delivery).unwrap();
+    let fresh: Vec<_> = held.iter().filter(|l| l.delivery != taken[0].delivery).collect();
+    let mut batch = vec![stale];
+    batch.extend(fresh.iter().copied());
+    let done = store.finish_done_many(&keys, "worker-a", &batch).await.unwrap();
+    assert_eq!(done, [false, true, true], "the stale holder refused, the others done");
+    assert_eq!(redis.xlen(keys.stream()), 1, "only the taken-over entry is left");
+    assert!(store.load(&keys, &taken[0].delivery).await.unwrap().is_some(), "its delivery untouched");
+    for l in &fresh {
+        assert!(store.load(&keys, &l.delivery).await.unwrap().is_none());
+    }
+    assert_eq!(store.finish_done_many(&keys, "worker-b", &[&taken[0]]).await.unwrap(), [true]);
+    assert_eq!(redis.xlen(keys.stream()), 0);
+    let minute: Vec<String> = redis.keys("*:delivered:*");
+    let n: i64 = redis::cmd("GET").arg(&minute[0]).query(&mut redis.conn()).unwrap();
+    assert_eq!(n, 3, "three delivered, each counted once");
+}

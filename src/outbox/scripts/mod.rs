@@ -337,6 +337,42 @@ return finished()
 "#
 ));
 
+/// The delivered entries of an app without turns, finished together (one call per batch, not
+/// one per delivery): each fenced as FINISH fences it, then done as FINISH's `done` does.
+/// KEYS: outbox stream, waiting index. ARGV: group, consumer, key tag, now ms, then per entry
+/// its entry id, token and delivery id. Returns 1 (done) or 0 (fenced out) per entry, in order.
+pub const FINISH_DONE_MANY: &str = with_claim_helpers!(
+    r#"
+local out, done = {}, 0
+for i = 5, #ARGV, 3 do
+  local entry, token, id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+  if #p == 0 or p[1][2] ~= ARGV[2] or tonumber(p[1][4]) ~= tonumber(token) then
+    out[#out + 1] = 0
+  else
+    redis.call('XACK', KEYS[1], ARGV[1], entry)
+    redis.call('XDEL', KEYS[1], entry)
+    local hk = ARGV[3] .. ':d:' .. id
+    local mc = redis.call('HGET', hk, 'mc')
+    if mc then
+      drop_alternates(mc, ARGV[3])
+    end
+    redis.call('DEL', hk)
+    redis.call('ZREM', KEYS[2], id)
+    done = done + 1
+    out[#out + 1] = 1
+  end
+end
+if done > 0 then
+  local minute = ARGV[3] .. ':delivered:' .. math.floor(tonumber(ARGV[4]) / 60000)
+  if redis.call('INCRBY', minute, done) == done then
+    redis.call('EXPIRE', minute, 180)
+  end
+end
+return out
+"#
+);
+
 /// KEYS: schedule zset, outbox stream. ARGV: now ms, max entries, key tag.
 /// Moves retries that are due back onto the stream, noting the new entry in the delivery;
 /// returns how many.

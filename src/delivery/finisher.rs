@@ -1,0 +1,57 @@
+//! The completions of one app shard's delivered entries, gathered: each attempt that ends in a
+//! 2xx hands its lease to the shard's finisher and waits for its answer, and the finisher
+//! finishes what is waiting in one fenced script call (`FINISH_DONE_MANY`), as many as came
+//! meanwhile (no window: under load the queue fills batches by itself, and alone an entry is
+//! finished at once). Each entry is fenced on its own, so a lease taken over is refused
+//! exactly as a single completion's would be. Retries, dead letters and the apps that take
+//! turns finish one by one (their scripts do more).
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::outbox::{Lease, ShardKeys, Store, StoreError};
+
+/// At most this many completions per call (the script holds Redis while it runs).
+const BATCH: usize = 64;
+
+type Answer = oneshot::Sender<Result<bool, StoreError>>;
+
+pub(super) struct Finisher {
+    tx: mpsc::UnboundedSender<(Lease, Answer)>,
+}
+
+impl Finisher {
+    /// The finisher of the shard `keys`, read by `consumer`; it runs until the shard is gone.
+    pub fn spawn(store: Store, keys: ShardKeys, consumer: String) -> Finisher {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(rx, store, keys, consumer));
+        Finisher { tx }
+    }
+
+    /// Finish a delivered entry: `true` done, `false` fenced out (another worker holds it).
+    pub async fn done(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let (answer, answered) = oneshot::channel();
+        let gone = || StoreError::Protocol("the shard's finisher is gone".into());
+        self.tx.send((lease.clone(), answer)).map_err(|_| gone())?;
+        answered.await.map_err(|_| gone())?
+    }
+}
+
+async fn run(mut rx: mpsc::UnboundedReceiver<(Lease, Answer)>, store: Store, keys: ShardKeys, consumer: String) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        let leases: Vec<&Lease> = batch.iter().map(|(lease, _)| lease).collect();
+        match store.finish_done_many(&keys, &consumer, &leases).await {
+            Ok(done) => {
+                for ((_, answer), done) in batch.drain(..).zip(done) {
+                    let _ = answer.send(Ok(done));
+                }
+            }
+            Err(e) => {
+                let e = e.to_string();
+                for (_, answer) in batch.drain(..) {
+                    let _ = answer.send(Err(StoreError::Protocol(e.clone())));
+                }
+            }
+        }
+    }
+}
