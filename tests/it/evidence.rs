@@ -177,6 +177,10 @@ async fn a_refused_thread_read_comes_from_the_record_of_a_thread_seen_from_its_r
     assert_eq!(rest["messages"][0]["text"], "the bot answers");
     assert_eq!(rest["has_more"], false);
     assert_eq!(s.slack.calls_of("conversations.replies").len(), slack_calls + 1, "the next page never reached Slack");
+    // A cursor of the record's that does not parse is Slack's `invalid_cursor`, and asks no one.
+    let bad = call(port, "conversations.replies", &format!("{args}&cursor=sgrec_not-a-ts"), &[]).await;
+    assert_eq!((bad.status, bad.json()), (200, json!({"ok": false, "error": "invalid_cursor"})), "{}", bad.body);
+    assert_eq!(s.slack.calls_of("conversations.replies").len(), slack_calls + 1);
     // A thread the gateway did not see begin is never answered from the record.
     human(gw, "EvR6", "C6", "1700002000.000200", Some("1700002000.000100"), "a reply to a root never seen").await;
     let b = call(port, "conversations.replies", "channel=C6&ts=1700002000.000100", &[]).await;

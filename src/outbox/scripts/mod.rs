@@ -47,6 +47,35 @@ end
     };
 }
 
+/// What a delivered entry's completion does beyond the stream (its claim's other copies and
+/// its record dropped, out of the waiting index), and the minute's count of deliveries: one
+/// text for the single completion (FINISH) and the batched one (FINISH_DONE_MANY). Needs the
+/// claim helpers before it.
+macro_rules! with_done_helpers {
+    ($body:expr) => {
+        concat!(
+            r#"
+local function forget_delivered(tag, id, wait)
+  local hk = tag .. ':d:' .. id
+  local mc = redis.call('HGET', hk, 'mc')
+  if mc then
+    drop_alternates(mc, tag)
+  end
+  redis.call('DEL', hk)
+  redis.call('ZREM', wait, id)
+end
+local function count_delivered(tag, at, n)
+  local minute = tag .. ':delivered:' .. math.floor(tonumber(at) / 60000)
+  if redis.call('INCRBY', minute, n) == n then
+    redis.call('EXPIRE', minute, 180)
+  end
+end
+"#,
+            $body
+        )
+    };
+}
+
 /// A turn as kept (a string: `holder|ts|begun ms|answered|writes|last write ms|waiters|
 /// cancelled`), and a delivery's conversation from its `cv`. A turn key lives for its
 /// timeout and a minute: what ends a turn on time is the housekeeping's index, where a turn is
@@ -272,7 +301,7 @@ return 1
 ///
 /// Returns 1, or {1, how, duration ms, released id, {superseded ids}} when it ended the turn
 /// its delivery held (`how`: answer | refused); 0 when fenced out.
-pub const FINISH: &str = fenced!(with_turn_helpers!(
+pub const FINISH: &str = fenced!(with_turn_helpers!(with_done_helpers!(
     r#"
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
@@ -300,16 +329,8 @@ local function finished()
   return ended or 1
 end
 if mode == 'done' then
-  local mc = redis.call('HGET', KEYS[2], 'mc')
-  if mc then
-    drop_alternates(mc, ARGV[10])
-  end
-  redis.call('DEL', KEYS[2])
-  redis.call('ZREM', KEYS[5], ARGV[6])
-  local minute = ARGV[10] .. ':delivered:' .. math.floor(tonumber(ARGV[7]) / 60000)
-  if redis.call('INCR', minute) == 1 then
-    redis.call('EXPIRE', minute, 180)
-  end
+  forget_delivered(ARGV[10], ARGV[6], KEYS[5])
+  count_delivered(ARGV[10], ARGV[7], 1)
   return finished()
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
@@ -335,13 +356,13 @@ if ARGV[11] == '1' then
 end
 return finished()
 "#
-));
+)));
 
 /// The delivered entries of an app without turns, finished together (one call per batch, not
 /// one per delivery): each fenced as FINISH fences it, then done as FINISH's `done` does.
 /// KEYS: outbox stream, waiting index. ARGV: group, consumer, key tag, now ms, then per entry
 /// its entry id, token and delivery id. Returns 1 (done) or 0 (fenced out) per entry, in order.
-pub const FINISH_DONE_MANY: &str = with_claim_helpers!(
+pub const FINISH_DONE_MANY: &str = with_claim_helpers!(with_done_helpers!(
     r#"
 local out, done = {}, 0
 for i = 5, #ARGV, 3 do
@@ -352,26 +373,17 @@ for i = 5, #ARGV, 3 do
   else
     redis.call('XACK', KEYS[1], ARGV[1], entry)
     redis.call('XDEL', KEYS[1], entry)
-    local hk = ARGV[3] .. ':d:' .. id
-    local mc = redis.call('HGET', hk, 'mc')
-    if mc then
-      drop_alternates(mc, ARGV[3])
-    end
-    redis.call('DEL', hk)
-    redis.call('ZREM', KEYS[2], id)
+    forget_delivered(ARGV[3], id, KEYS[2])
     done = done + 1
     out[#out + 1] = 1
   end
 end
 if done > 0 then
-  local minute = ARGV[3] .. ':delivered:' .. math.floor(tonumber(ARGV[4]) / 60000)
-  if redis.call('INCRBY', minute, done) == done then
-    redis.call('EXPIRE', minute, 180)
-  end
+  count_delivered(ARGV[3], ARGV[4], done)
 end
 return out
 "#
-);
+));
 
 /// KEYS: schedule zset, outbox stream. ARGV: now ms, max entries, key tag.
 /// Moves retries that are due back onto the stream, noting the new entry in the delivery;
