@@ -4,9 +4,9 @@
 # every delivery is done (the outbox empty). Prints accepted/s, CPU µs per acked event of the gateway and of Redis
 # (from /proc), and Redis' `INFO commandstats` per acked event (calls and µs; commands run inside
 # scripts are counted too, and their µs are part of the EVALSHA's). `perf` as a third argument
-# also records a profile of the gateway to ./perf.data.
+# also records a profile of the gateway to ./perf.data; `perf-redis`, of Redis to ./redis.perf.
 #
-#   bench/cost.sh [BINARY] [SECONDS] [perf]        defaults target/release/slackgate and 8
+#   bench/cost.sh [BINARY] [SECONDS] [perf|perf-redis]        defaults target/release/slackgate and 8
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -39,7 +39,10 @@ for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$AP/readyz" && b
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 redis-cli -p "$RP" CONFIG RESETSTAT >/dev/null
 G0=$(cpu $PID); R0=$(cpu $REDIS_PID)
-if [ "${3:-}" = perf ]; then perf record -F 999 -g -p "$PID" -o perf.data -- sleep "$SECS" >/dev/null 2>&1 & fi
+case "${3:-}" in
+  perf) perf record -F 999 -g -p "$PID" -o perf.data -- sleep "$SECS" >/dev/null 2>&1 & ;;
+  perf-redis) perf record -F 999 -g -p "$REDIS_PID" -o redis.perf -- sleep "$SECS" >/dev/null 2>&1 & ;;
+esac
 "$SIM" sim send --json --secret bench-secret --url "http://127.0.0.1:$GP/slack/events" --duration "$SECS" \
   --concurrency 64 2>/dev/null >"$W/out.json"
 for _ in $(seq 600); do

@@ -8,7 +8,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::outbox::{Lease, ShardKeys, Store, StoreError};
+use crate::outbox::{Delivered, ShardKeys, Store, StoreError};
 
 /// At most this many completions per call (the script holds Redis while it runs).
 const BATCH: usize = 64;
@@ -16,7 +16,7 @@ const BATCH: usize = 64;
 type Answer = oneshot::Sender<Result<bool, StoreError>>;
 
 pub(super) struct Finisher {
-    tx: mpsc::UnboundedSender<(Lease, Answer)>,
+    tx: mpsc::UnboundedSender<(Delivered, Answer)>,
 }
 
 impl Finisher {
@@ -28,19 +28,19 @@ impl Finisher {
     }
 
     /// Finish a delivered entry: `true` done, `false` fenced out (another worker holds it).
-    pub async fn done(&self, lease: &Lease) -> Result<bool, StoreError> {
+    pub async fn done(&self, entry: Delivered) -> Result<bool, StoreError> {
         let (answer, answered) = oneshot::channel();
         let gone = || StoreError::Protocol("the shard's finisher is gone".into());
-        self.tx.send((lease.clone(), answer)).map_err(|_| gone())?;
+        self.tx.send((entry, answer)).map_err(|_| gone())?;
         answered.await.map_err(|_| gone())?
     }
 }
 
-async fn run(mut rx: mpsc::UnboundedReceiver<(Lease, Answer)>, store: Store, keys: ShardKeys, consumer: String) {
+async fn run(mut rx: mpsc::UnboundedReceiver<(Delivered, Answer)>, store: Store, keys: ShardKeys, consumer: String) {
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let leases: Vec<&Lease> = batch.iter().map(|(lease, _)| lease).collect();
-        match store.finish_done_many(&keys, &consumer, &leases).await {
+        let entries: Vec<&Delivered> = batch.iter().map(|(entry, _)| entry).collect();
+        match store.finish_done_many(&keys, &consumer, &entries).await {
             Ok(done) => {
                 for ((_, answer), done) in batch.drain(..).zip(done) {
                     let _ = answer.send(Ok(done));

@@ -12,7 +12,7 @@ use super::Shard;
 use crate::attempt::{self, Attempted, InlineOutcome, ReplyTo};
 use crate::clock::now_ms;
 use crate::drain::Work;
-use crate::outbox::{self, Conversations, Finish, Finished, Kept, Lease, Loaded, StoreOp, Stored};
+use crate::outbox::{self, Conversations, Delivered, Finish, Finished, Kept, Lease, Loaded, StoreOp, Stored};
 use crate::policy::{self, Outcome, Verdict};
 use crate::slack::{Conversation, Kind};
 
@@ -87,41 +87,28 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
 }
 
 /// Up to `count` new entries, each with its delivery loaded, on `reads` (a store of the
-/// reader's own). For an app that takes turns, the read and the load are one step: a reader
-/// killed between the two would leave a thread's message leased to no one, unheld, while a
-/// newer message took the turn. That step cannot block, so it first waits for an entry `after`
-/// the last one it saw (at once when there is one), then reads. For the others the blocking
-/// read hands the entries over at once and one more round trip loads them (a lost reader's
-/// entries wait for their lease).
+/// reader's own). The read and the load are one step, one round trip a batch with no fence to
+/// check after it: an entry is never leased and left unloaded by a reader that dies, nor, for an
+/// app that takes turns, loaded and left out of its conversation's turn. That step cannot block,
+/// so after a read that found less than it asked for it first waits for an entry `after` the
+/// last one it saw (at once when there is one); after a full read it reads again at once.
 async fn read(
     s: &Shard,
     reads: &outbox::Store,
     count: usize,
     after: &mut Option<String>,
 ) -> Result<Vec<(Lease, Loaded)>, outbox::StoreError> {
-    if s.turns.is_none() {
-        let leases = reads.read_new(&s.keys, &s.consumer, count, READ_BLOCK).await?;
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        return match s.store.load_leased(&s.keys, &s.consumer, &leases).await {
-            Ok(loaded) => Ok(leases.into_iter().zip(loaded).collect()),
-            Err(e) => {
-                s.store_error(StoreOp::Load);
-                warn!(app = %s.app.name, error = %e, "cannot load deliveries; their leases will expire and they will be retried");
-                Ok(Vec::new())
-            }
-        };
-    }
     if let Some(id) = after.take() {
         reads.wait_for_new(&s.keys, &id, READ_BLOCK).await?;
     }
     let read = reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref()).await?;
-    *after = Some(match read.leased.last() {
-        Some((lease, _)) => lease.entry.clone(),
+    *after = match read.leased.last() {
+        // A full read: more may be there already.
+        Some(_) if read.leased.len() >= count => None,
+        Some((lease, _)) => Some(lease.entry.clone()),
         // Nothing new (other readers took it): wait after the group's last.
-        None => read.last_delivered,
-    });
+        None => Some(read.last_delivered),
+    };
     Ok(read.leased)
 }
 
@@ -321,7 +308,7 @@ async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempte
     let turn = s.turns.as_ref().zip(conversation.as_deref());
     // Delivered, with no turn to end: finished with the others of the moment, in one call.
     let finished = match (&how, turn) {
-        (Finish::Done, None) => s.finisher.done(lease).await.map(|done| match done {
+        (Finish::Done, None) => s.finisher.done(Delivered::new(lease, stored)).await.map(|done| match done {
             true => Finished::Recorded(None),
             false => Finished::Fenced,
         }),

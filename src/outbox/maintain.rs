@@ -92,6 +92,7 @@ impl Store {
             .key(keys.turns_waiting())
             .key(keys.superseded_count())
             .arg(GROUP)
+            .arg(&keys.tag)
             .invoke_async(&mut self.conn.clone())
             .await?;
         let oldest_ms = oldest.parse::<f64>().ok().map(|ms| ms as u64);

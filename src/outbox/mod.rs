@@ -5,8 +5,8 @@
 //! Keys of one shard share the hash tag `{prefix:app:shard}`:
 //! `…:r:<receipt>` receipt (value: delivery id) · `…:outbox` stream (`d` = delivery id) ·
 //! `…:d:<id>` delivery hash (body, content type, path, kind, received-at, retries) ·
-//! `…:sched` zset of due retries · `…:dead` dead-letter stream · `…:wait` every waiting
-//! delivery by received-at · `…:r:m:…:alt` the other copies of a claimed message.
+//! `…:sched` zset of due retries · `…:dead` dead-letter stream · `…:wait` the waiting
+//! deliveries off the stream or back on it, by received-at · `…:r:m:…:alt` the other copies of a claimed message.
 
 mod conversations;
 mod dead;
@@ -25,7 +25,7 @@ pub use dead::DeadLetter;
 pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 use model::stored;
-pub use model::{Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
+pub use model::{Delivered, Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
 pub use read::{read_new, Read};
 pub use turns::{Finished, Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, TurnWrite, Turns, WriteKind};
 
@@ -287,16 +287,16 @@ impl Store {
         &self,
         keys: &ShardKeys,
         consumer: &str,
-        leases: &[&Lease],
+        entries: &[&Delivered],
     ) -> Result<Vec<bool>, StoreError> {
         let mut invocation = self.finish_done_many.key(&keys.stream);
         invocation.key(&keys.wait).arg(GROUP).arg(consumer).arg(&keys.tag).arg(crate::clock::now_ms());
-        for lease in leases {
-            invocation.arg(&lease.entry).arg(lease.token).arg(&lease.delivery);
+        for Delivered { lease, claim, indexed } in entries {
+            invocation.arg(&lease.entry).arg(lease.token).arg(&lease.delivery).arg(claim).arg(u8::from(*indexed));
         }
         let done: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
-        if done.len() != leases.len() {
-            return Err(StoreError::Protocol(format!("{} answers for {} entries", done.len(), leases.len())));
+        if done.len() != entries.len() {
+            return Err(StoreError::Protocol(format!("{} answers for {} entries", done.len(), entries.len())));
         }
         Ok(done.into_iter().map(|d| d == 1).collect())
     }

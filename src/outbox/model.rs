@@ -127,6 +127,25 @@ pub struct Stored {
     pub dead: bool,
     /// The conversation its message belongs to, as recorded.
     pub conversation: Kept,
+    /// The message claim it holds or was kept under ('' when none).
+    pub claim: String,
+    /// In the waiting index (it has waited off the stream: inline, a retry, a turn).
+    pub indexed: bool,
+}
+
+/// A delivered entry for the batched completion: its lease, and what its completion undoes
+/// besides, as loaded (its message claim's other copies, its place in the waiting index).
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub lease: Lease,
+    pub claim: String,
+    pub indexed: bool,
+}
+
+impl Delivered {
+    pub fn new(lease: &Lease, stored: &Stored) -> Self {
+        Delivered { lease: lease.clone(), claim: stored.claim.clone(), indexed: stored.indexed }
+    }
 }
 
 /// How an attempt chain step ends. `status` is the bot's last answer (`None`: there was none,
@@ -193,6 +212,8 @@ pub(super) fn stored(map: &HashMap<String, Vec<u8>>) -> Stored {
             None => Kept::Unknown,
             Some(cv) => std::str::from_utf8(cv).ok().and_then(Conversation::decode).map_or(Kept::None, Kept::Some),
         },
+        claim: text("mc"),
+        indexed: map.contains_key("w"),
     }
 }
 

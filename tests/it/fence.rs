@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use slackgate::outbox::{self, Finish, Loaded, NewDelivery, Placement, Recorded, ShardKeys, Store};
+use slackgate::outbox::{self, Delivered, Finish, Loaded, NewDelivery, Placement, Recorded, ShardKeys, Store};
 use slackgate::slack::Kind;
 
 use crate::utils::*;
@@ -224,18 +224,57 @@ async fn a_batched_completion_fences_each_entry_on_its_own() {
     let taken = expired(&store, &keys, "worker-b", 1).await;
     let stale = held.iter().find(|l| l.delivery == taken[0].delivery).unwrap();
     let fresh: Vec<_> = held.iter().filter(|l| l.delivery != taken[0].delivery).collect();
-    let mut batch = vec![stale];
-    batch.extend(fresh.iter().copied());
-    let done = store.finish_done_many(&keys, "worker-a", &batch).await.unwrap();
+    let delivered = |l: &outbox::Lease| Delivered { lease: l.clone(), claim: String::new(), indexed: false };
+    let mut batch = vec![delivered(stale)];
+    batch.extend(fresh.iter().map(|l| delivered(l)));
+    let done = store.finish_done_many(&keys, "worker-a", &batch.iter().collect::<Vec<_>>()).await.unwrap();
     assert_eq!(done, [false, true, true], "the stale holder refused, the others done");
     assert_eq!(redis.xlen(keys.stream()), 1, "only the taken-over entry is left");
     assert!(store.load(&keys, &taken[0].delivery).await.unwrap().is_some(), "its delivery untouched");
     for l in &fresh {
         assert!(store.load(&keys, &l.delivery).await.unwrap().is_none());
     }
-    assert_eq!(store.finish_done_many(&keys, "worker-b", &[&taken[0]]).await.unwrap(), [true]);
+    assert_eq!(store.finish_done_many(&keys, "worker-b", &[&delivered(&taken[0])]).await.unwrap(), [true]);
     assert_eq!(redis.xlen(keys.stream()), 0);
     let minute: Vec<String> = redis.keys("*:delivered:*");
     let n: i64 = redis::cmd("GET").arg(&minute[0]).query(&mut redis.conn()).unwrap();
     assert_eq!(n, 3, "three delivered, each counted once");
+}
+
+/// The waiting index holds only what waits off the stream (it is one command less for each
+/// delivery each way): a delivery fresh on the stream is not in it, and the stream's first entry
+/// gives its age; a retry joins it and is still in it, with its first age, once back on the
+/// stream; delivered, it leaves. An index entry whose delivery is gone (as a version that indexed
+/// every delivery leaves it) is dropped by the stats instead of aging for ever.
+#[tokio::test]
+async fn only_what_waits_off_the_stream_is_in_the_waiting_index() {
+    let (redis, store, mut reader, keys) = setup().await;
+    let wait = keys.delivery("").replace(":d:", ":wait");
+    let zcard = |redis: &RedisServer| -> usize { redis::cmd("ZCARD").arg(&wait).query(&mut redis.conn()).unwrap() };
+    record(&store, &keys, "0-f", "e:EvWait1").await;
+    assert_eq!(zcard(&redis), 0, "fresh on the stream: not indexed");
+    let lease = outbox::read_new(&mut reader, &keys, "w", 10, Duration::from_millis(100)).await.unwrap().remove(0);
+    let aged = until(Duration::from_secs(5), async || {
+        store.shard_stats(&keys, slackgate::clock::now_ms()).await.unwrap().oldest_age_ms >= 200
+    });
+    assert!(aged.await, "in flight, its age is its entry's");
+
+    let now = slackgate::clock::now_ms();
+    let retry = Finish::Retry { due_ms: now, status: Some(503), error: "" };
+    assert!(store.finish(&keys, "w", &lease, retry).await.unwrap());
+    assert_eq!(zcard(&redis), 1, "waiting for its retry: indexed");
+    assert_eq!(store.promote(&keys, now + 1, 100).await.unwrap(), 1);
+    let back = outbox::read_new(&mut reader, &keys, "w", 10, Duration::from_millis(100)).await.unwrap();
+    let Loaded::Stored(stored) = store.load_leased(&keys, "w", &back).await.unwrap().remove(0) else {
+        panic!("the retry is not loaded");
+    };
+    assert!(stored.indexed, "back on the stream, still indexed");
+    let done = store.finish_done_many(&keys, "w", &[&Delivered::new(&back[0], &stored)]).await.unwrap();
+    assert_eq!(done, [true]);
+    assert_eq!((zcard(&redis), redis.xlen(keys.stream())), (0, 0), "delivered: out of the index and the stream");
+
+    let _: () = redis::cmd("ZADD").arg(&wait).arg(1).arg("0-ghost").query(&mut redis.conn()).unwrap();
+    let stats = store.shard_stats(&keys, slackgate::clock::now_ms()).await.unwrap();
+    assert_eq!(stats.oldest_age_ms, 0, "a delivery that is gone has no age");
+    assert_eq!(zcard(&redis), 0, "and leaves the index");
 }

@@ -7,9 +7,12 @@
 //! A worker holds `(consumer, count)` as its claim token; once anyone re-claims the entry the
 //! count moves on and the old holder's completion is refused.
 //!
-//! The waiting index (`…:wait`, scored by received-at) holds every delivery that is not done or
-//! dead, wherever it waits (on the stream, in flight, held inline or scheduled for a retry), so
-//! the age of the oldest waiting delivery is one read.
+//! The waiting index (`…:wait`, scored by received-at) holds every waiting delivery whose age its
+//! stream entry does not tell: one held inline, one that has waited for a retry, one held for its
+//! conversation's turn, a message's other copy promoted, a replayed dead letter; such a delivery's
+//! hash says so (`w`). A delivery fresh on the stream (ready or in flight) is not in it: its
+//! entry's id is its age, so the oldest waiting delivery is the older of the index's first and
+//! the stream's first, and the common delivery touches the index not at all.
 //!
 //! A message claim's other copies (`<claim>:alt`, a list of delivery ids whose hashes expire with
 //! the claim) are kept while the copy holding the claim waits: if the bot refuses the holder
@@ -33,7 +36,7 @@ local function promote_alternate(claim, tag, stream, wait)
     local hk = tag .. ':d:' .. alt
     if redis.call('EXISTS', hk) == 1 then
       redis.call('PERSIST', hk)
-      redis.call('HSET', hk, 'e', redis.call('XADD', stream, '*', 'd', alt))
+      redis.call('HSET', hk, 'e', redis.call('XADD', stream, '*', 'd', alt), 'w', 1)
       redis.call('ZADD', wait, redis.call('HGET', hk, 'rcv'), alt)
       redis.call('SET', claim, alt, 'XX', 'KEEPTTL')
       return
@@ -47,22 +50,23 @@ end
     };
 }
 
-/// What a delivered entry's completion does beyond the stream (its claim's other copies and
-/// its record dropped, out of the waiting index), and the minute's count of deliveries: one
+/// What a delivered entry's completion does beyond the stream (its claim's other copies — `mc`,
+/// '' for none — and its record dropped, out of the waiting index when it is `indexed` there),
+/// and the minute's count of deliveries: one
 /// text for the single completion (FINISH) and the batched one (FINISH_DONE_MANY). Needs the
 /// claim helpers before it.
 macro_rules! with_done_helpers {
     ($body:expr) => {
         concat!(
             r#"
-local function forget_delivered(tag, id, wait)
-  local hk = tag .. ':d:' .. id
-  local mc = redis.call('HGET', hk, 'mc')
-  if mc then
+local function forget_delivered(tag, id, wait, mc, indexed)
+  if mc and mc ~= '' then
     drop_alternates(mc, tag)
   end
-  redis.call('DEL', hk)
-  redis.call('ZREM', wait, id)
+  redis.call('DEL', tag .. ':d:' .. id)
+  if indexed then
+    redis.call('ZREM', wait, id)
+  end
 end
 local function count_delivered(tag, at, n)
   local minute = tag .. ':delivered:' .. math.floor(tonumber(at) / 60000)
@@ -227,13 +231,16 @@ if ARGV[10] == '1' then
   extra = {'mc', KEYS[5]}
 end
 if ARGV[8] == 'inline' then
+  -- Held by the ingress, off the stream: the waiting index tells its age.
   redis.call('ZADD', KEYS[4], ARGV[9], ARGV[2])
+  redis.call('ZADD', KEYS[7], ARGV[7], ARGV[2])
+  extra[#extra + 1] = 'w'
+  extra[#extra + 1] = 1
 else
   extra[#extra + 1] = 'e'
   extra[#extra + 1] = redis.call('XADD', KEYS[2], '*', 'd', ARGV[2])
 end
 store(KEYS[3], unpack(extra))
-redis.call('ZADD', KEYS[7], ARGV[7], ARGV[2])
 return {1, ARGV[2], cancelled}
 "#
 ));
@@ -329,7 +336,7 @@ local function finished()
   return ended or 1
 end
 if mode == 'done' then
-  forget_delivered(ARGV[10], ARGV[6], KEYS[5])
+  forget_delivered(ARGV[10], ARGV[6], KEYS[5], redis.call('HGET', KEYS[2], 'mc'), true)
   count_delivered(ARGV[10], ARGV[7], 1)
   return finished()
 end
@@ -341,6 +348,10 @@ local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
 redis.call('HSET', KEYS[2], 'st', ARGV[8], 'err', ARGV[9])
 if mode == 'retry' then
   redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
+  -- Off the stream until it is due, then on it with an entry younger than it is.
+  if redis.call('HSETNX', KEYS[2], 'w', 1) == 1 then
+    redis.call('ZADD', KEYS[5], redis.call('HGET', KEYS[2], 'rcv'), ARGV[6])
+  end
   return finished()
 end
 redis.call('ZREM', KEYS[5], ARGV[6])
@@ -361,11 +372,12 @@ return finished()
 /// The delivered entries of an app without turns, finished together (one call per batch, not
 /// one per delivery): each fenced as FINISH fences it, then done as FINISH's `done` does.
 /// KEYS: outbox stream, waiting index. ARGV: group, consumer, key tag, now ms, then per entry
-/// its entry id, token and delivery id. Returns 1 (done) or 0 (fenced out) per entry, in order.
+/// its entry id, token, delivery id, message claim ('' when none) and whether it is in the
+/// waiting index (1/0), both as loaded. Returns 1 (done) or 0 (fenced out) per entry, in order.
 pub const FINISH_DONE_MANY: &str = with_claim_helpers!(with_done_helpers!(
     r#"
 local out, done = {}, 0
-for i = 5, #ARGV, 3 do
+for i = 5, #ARGV, 5 do
   local entry, token, id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
   if #p == 0 or p[1][2] ~= ARGV[2] or tonumber(p[1][4]) ~= tonumber(token) then
@@ -373,7 +385,7 @@ for i = 5, #ARGV, 3 do
   else
     redis.call('XACK', KEYS[1], ARGV[1], entry)
     redis.call('XDEL', KEYS[1], entry)
-    forget_delivered(ARGV[3], id, KEYS[2])
+    forget_delivered(ARGV[3], id, KEYS[2], ARGV[i + 3], ARGV[i + 4] == '1')
     done = done + 1
     out[#out + 1] = 1
   end
@@ -401,26 +413,40 @@ return #due
 "#;
 
 /// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index, conversations with
-/// deliveries held for a turn (by how many), deliveries superseded (a counter). ARGV: group.
-/// Returns {ready, in flight, scheduled, dead, received-at ms of the oldest waiting delivery
-/// or '', held, conversations waiting, superseded}. Completed entries are deleted from the
-/// stream, so what is on it is either ready or in flight.
+/// deliveries held for a turn (by how many), deliveries superseded (a counter). ARGV: group,
+/// key tag. Returns {ready, in flight, scheduled, dead, received-at ms of the oldest waiting
+/// delivery or '', held, conversations waiting, superseded}. Completed entries are deleted from
+/// the stream, so what is on it is either ready or in flight, and its first entry's id is when
+/// the oldest of them was recorded; the waiting index holds the others that wait. An index entry
+/// whose delivery is gone (finished by a version that indexed every delivery) is dropped here.
 pub const STATS: &str = r#"
 local len = redis.call('XLEN', KEYS[1])
 local pending = 0
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1])
 if type(p) == 'table' and type(p[1]) == 'number' then pending = p[1] end
-local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-local oldest = ''
-if #first > 0 then oldest = first[2] end
+local oldest = nil
+for _ = 1, 100 do
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if #first == 0 then break end
+  if redis.call('EXISTS', ARGV[2] .. ':d:' .. first[1]) == 1 then
+    oldest = tonumber(first[2])
+    break
+  end
+  redis.call('ZREM', KEYS[4], first[1])
+end
+local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+if #head > 0 then
+  local ms = tonumber(string.match(head[1][1], '^(%d+)'))
+  if ms and (not oldest or ms < oldest) then oldest = ms end
+end
 local held, conversations = 0, 0
 local waiting = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
 for i = 2, #waiting, 2 do
   held = held + tonumber(waiting[i])
   conversations = conversations + 1
 end
-return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]), oldest,
-  held, conversations, tonumber(redis.call('GET', KEYS[6]) or '0')}
+return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]),
+  oldest and tostring(oldest) or '', held, conversations, tonumber(redis.call('GET', KEYS[6]) or '0')}
 "#;
 
 /// KEYS: dead-letter stream, outbox stream, delivery hash, waiting index. ARGV: delivery id,
@@ -437,7 +463,7 @@ if ARGV[2] == 'purge' then
   return 1
 end
 redis.call('HDEL', KEYS[3], 'de', 'fin')
-redis.call('HSET', KEYS[3], 'rcv', ARGV[3], 'e', redis.call('XADD', KEYS[2], '*', 'd', ARGV[1]))
+redis.call('HSET', KEYS[3], 'rcv', ARGV[3], 'e', redis.call('XADD', KEYS[2], '*', 'd', ARGV[1]), 'w', 1)
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
 return 1
 "#;

@@ -77,10 +77,16 @@ local function end_turn(tag, conv, t, now, order, timeout)
   end
   return {math.max(now - (t and t.at or now), 0), released, superseded}
 end
--- A leased delivery (its hash's `cv`) takes its conversation's turn, or waits for it off the
--- stream: false when it waits.
-local function begin_turn(tag, group, entry, id, hk, cv, now, timeout)
-  local conv, ts = conv_of(cv)
+local function field(list, name)
+  for j = 1, #list, 2 do
+    if list[j] == name then return list[j + 1] end
+  end
+  return nil
+end
+-- A leased delivery (its hash's fields) takes its conversation's turn, or waits for it off the
+-- stream (in the waiting index, which then tells its age): false when it waits.
+local function begin_turn(tag, group, entry, id, hk, fields, now, timeout)
+  local conv, ts = conv_of(field(fields, 'cv'))
   if not conv then return true end
   local tk = tag .. ':tn:' .. conv
   local t = turn_get(tk)
@@ -91,7 +97,10 @@ local function begin_turn(tag, group, entry, id, hk, cv, now, timeout)
   end
   redis.call('XACK', tag .. ':outbox', group, entry)
   redis.call('XDEL', tag .. ':outbox', entry)
-  redis.call('HSET', hk, 'hq', conv)
+  redis.call('HSET', hk, 'hq', conv, 'w', 1)
+  if not field(fields, 'w') then
+    redis.call('ZADD', tag .. ':wait', field(fields, 'rcv') or now, id)
+  end
   redis.call('ZADD', tag .. ':tq:' .. conv, ts, id)
   redis.call('ZINCRBY', tag .. ':waiting', 1, conv)
   if not t.q then
@@ -101,18 +110,12 @@ local function begin_turn(tag, group, entry, id, hk, cv, now, timeout)
   end
   return false
 end
-local function field(list, name)
-  for j = 1, #list, 2 do
-    if list[j] == name then return list[j + 1] end
-  end
-  return nil
-end
 -- A leased entry's delivery: its fields, an empty list when it is gone, or 1 when it was put
 -- to wait for its conversation's turn (`timeout` nil: the app takes none).
 local function load_entry(tag, group, entry, id, now, timeout)
   local hk = tag .. ':d:' .. id
   local fields = redis.call('HGETALL', hk)
-  if timeout and #fields > 0 and not begin_turn(tag, group, entry, id, hk, field(fields, 'cv'), now, timeout) then
+  if timeout and #fields > 0 and not begin_turn(tag, group, entry, id, hk, fields, now, timeout) then
     return 1
   end
   return fields
