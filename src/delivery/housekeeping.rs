@@ -1,5 +1,5 @@
 //! What keeps a shard's outbox healthy besides the attempts: due retries promoted back onto the
-//! stream, dead letters held to their bounds, consumers of gone processes forgotten, and the
+//! stream, dead letters held to their bounds, acked entries trimmed off the stream, consumers of gone processes forgotten, and the
 //! outbox gauges refreshed from Redis.
 
 use std::sync::Arc;
@@ -49,6 +49,10 @@ pub(super) async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>
         if last_trim.elapsed() >= TRIM_EVERY {
             last_trim = tokio::time::Instant::now();
             trim_dead(&s).await;
+            if let Err(e) = s.store.trim_acked(&s.keys).await {
+                s.store_error(StoreOp::Trim);
+                debug!(app = %s.app.name, error = %e, "cannot trim the acked entries");
+            }
         }
         if last_consumers.elapsed() >= CONSUMERS_EVERY {
             last_consumers = tokio::time::Instant::now();

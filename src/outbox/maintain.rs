@@ -175,6 +175,12 @@ impl Store {
         Ok(Trimmed { by_age, by_count })
     }
 
+    /// Drop the shard's acked entries still on the stream (those the batched completion left
+    /// behind an entry that was pending then); returns how many went.
+    pub async fn trim_acked(&self, keys: &ShardKeys) -> Result<u64, StoreError> {
+        Ok(self.trim_acked.key(&keys.stream).arg(GROUP).invoke_async(&mut self.conn.clone()).await?)
+    }
+
     /// Remove the consumers of one shard's group that hold nothing and have not read for
     /// `idle` (gateway processes that are gone); never `me`.
     pub async fn remove_idle_consumers(&self, keys: &ShardKeys, idle: Duration, me: &str) -> Result<u64, StoreError> {

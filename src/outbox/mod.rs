@@ -114,6 +114,7 @@ pub struct Store {
     read_loaded: Script,
     reclaim_loaded: Script,
     trim_dead: Script,
+    trim_acked: Script,
     remove_idle_consumers: Script,
     shards_in_use: Script,
 }
@@ -138,6 +139,7 @@ impl Store {
             read_loaded: Script::new(scripts::READ_LOADED),
             reclaim_loaded: Script::new(scripts::RECLAIM_LOADED),
             trim_dead: Script::new(scripts::TRIM_DEAD),
+            trim_acked: Script::new(scripts::TRIM_ACKED),
             remove_idle_consumers: Script::new(scripts::REMOVE_IDLE_CONSUMERS),
             shards_in_use: Script::new(scripts::SHARDS_IN_USE),
         }

@@ -229,13 +229,14 @@ async fn a_batched_completion_fences_each_entry_on_its_own() {
     batch.extend(fresh.iter().map(|l| delivered(l)));
     let done = store.finish_done_many(&keys, "worker-a", &batch.iter().collect::<Vec<_>>()).await.unwrap();
     assert_eq!(done, [false, true, true], "the stale holder refused, the others done");
-    assert_eq!(redis.xlen(keys.stream()), 1, "only the taken-over entry is left");
+    let stats = store.shard_stats(&keys, slackgate::clock::now_ms()).await.unwrap();
+    assert_eq!((stats.ready, stats.in_flight), (0, 1), "only the taken-over entry is left");
     assert!(store.load(&keys, &taken[0].delivery).await.unwrap().is_some(), "its delivery untouched");
     for l in &fresh {
         assert!(store.load(&keys, &l.delivery).await.unwrap().is_none());
     }
     assert_eq!(store.finish_done_many(&keys, "worker-b", &[&delivered(&taken[0])]).await.unwrap(), [true]);
-    assert_eq!(redis.xlen(keys.stream()), 0);
+    assert_eq!(redis.xlen(keys.stream()), 0, "nothing pending or unread: every acked entry trimmed");
     let minute: Vec<String> = redis.keys("*:delivered:*");
     let n: i64 = redis::cmd("GET").arg(&minute[0]).query(&mut redis.conn()).unwrap();
     assert_eq!(n, 3, "three delivered, each counted once");
@@ -277,4 +278,33 @@ async fn only_what_waits_off_the_stream_is_in_the_waiting_index() {
     let stats = store.shard_stats(&keys, slackgate::clock::now_ms()).await.unwrap();
     assert_eq!(stats.oldest_age_ms, 0, "a delivery that is gone has no age");
     assert_eq!(zcard(&redis), 0, "and leaves the index");
+}
+
+/// The batched completion trims the stream instead of deleting each entry, and the trim never
+/// takes an entry still being tried or not yet read: with the oldest entry in flight and a newer
+/// one unread, finishing the two between leaves both, re-claimable and readable; once the oldest
+/// is finished on its own (FINISH deletes just its entry), the housekeeping's trim takes the
+/// acked ones it left behind, and still not the unread one.
+#[tokio::test]
+async fn the_trim_takes_acked_entries_only() {
+    let (redis, store, mut reader, keys) = setup().await;
+    for (id, receipt) in [("0-t1", "e:EvT1"), ("0-t2", "e:EvT2"), ("0-t3", "e:EvT3")] {
+        record(&store, &keys, id, receipt).await;
+    }
+    let held = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
+    record(&store, &keys, "0-t4", "e:EvT4").await;
+    let delivered = |l: &outbox::Lease| Delivered { lease: l.clone(), claim: String::new(), indexed: false };
+    let later: Vec<Delivered> = held[1..].iter().map(delivered).collect();
+    let done = store.finish_done_many(&keys, "worker-a", &later.iter().collect::<Vec<_>>()).await.unwrap();
+    assert_eq!(done, [true, true]);
+    let stats = store.shard_stats(&keys, slackgate::clock::now_ms()).await.unwrap();
+    assert_eq!((stats.ready, stats.in_flight), (1, 1), "the oldest in flight and the unread one are left");
+    let taken = expired(&store, &keys, "worker-b", 1).await;
+    assert_eq!(taken[0].delivery, "0-t1", "the entry in flight can still be taken over");
+    assert!(store.finish(&keys, "worker-b", &taken[0], Finish::Done).await.unwrap());
+    assert_eq!(redis.xlen(keys.stream()), 3, "FINISH deletes only its own entry");
+    assert_eq!(store.trim_acked(&keys).await.unwrap(), 2, "the acked ones left behind go");
+    assert_eq!(store.trim_acked(&keys).await.unwrap(), 0);
+    let unread = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(unread.iter().map(|l| l.delivery.as_str()).collect::<Vec<_>>(), ["0-t4"], "never the unread one");
 }

@@ -118,6 +118,47 @@ end
     };
 }
 
+/// Stream ids compared as ids (`ms-seq`, not as text), and the trim of a stream's acked
+/// entries: everything before the oldest entry still pending, or, with none pending, up to the
+/// group's last delivered one. Never by age: an entry still being tried, or not yet read, is
+/// never below that bound, and an entry below it was read and acked (every path that acks an
+/// entry is done with it).
+macro_rules! with_trim_helpers {
+    ($body:expr) => {
+        concat!(
+            r#"
+local function id_parts(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms) or 0, tonumber(seq) or 0
+end
+local function id_less(a, b)
+  local am, as = id_parts(a)
+  local bm, bs = id_parts(b)
+  return am < bm or (am == bm and as < bs)
+end
+local function trim_acked(stream, group)
+  local summary = redis.call('XPENDING', stream, group)
+  local bound = summary[2]
+  if tonumber(summary[1]) == 0 or not bound then
+    bound = nil
+    for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+      local f = {}
+      for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+      if f['name'] == group then
+        local ms, seq = id_parts(f['last-delivered-id'])
+        bound = string.format('%d-%d', ms, seq + 1)
+      end
+    end
+  end
+  if not bound then return 0 end
+  return redis.call('XTRIM', stream, 'MINID', bound)
+end
+"#,
+            $body
+        )
+    };
+}
+
 #[macro_use]
 mod turns;
 mod read;
@@ -370,32 +411,61 @@ return finished()
 )));
 
 /// The delivered entries of an app without turns, finished together (one call per batch, not
-/// one per delivery): each fenced as FINISH fences it, then done as FINISH's `done` does.
+/// one per delivery): each fenced as FINISH fences it, then done as FINISH's `done` does, with
+/// one command for each step of the whole batch (the fences are one range read of the pending
+/// list, the acks one XACK, the records one DEL). The acked entries are not deleted one by one:
+/// the stream is trimmed up to the oldest entry still pending or unread (`trim_acked`).
 /// KEYS: outbox stream, waiting index. ARGV: group, consumer, key tag, now ms, then per entry
 /// its entry id, token, delivery id, message claim ('' when none) and whether it is in the
 /// waiting index (1/0), both as loaded. Returns 1 (done) or 0 (fenced out) per entry, in order.
-pub const FINISH_DONE_MANY: &str = with_claim_helpers!(with_done_helpers!(
+pub const FINISH_DONE_MANY: &str = with_claim_helpers!(with_done_helpers!(with_trim_helpers!(
     r#"
-local out, done = {}, 0
+local RANGE = 1000
+local lo, hi = ARGV[5], ARGV[5]
 for i = 5, #ARGV, 5 do
-  local entry, token, id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
-  if #p == 0 or p[1][2] ~= ARGV[2] or tonumber(p[1][4]) ~= tonumber(token) then
+  if id_less(ARGV[i], lo) then lo = ARGV[i] end
+  if id_less(hi, ARGV[i]) then hi = ARGV[i] end
+end
+-- This consumer's leases between the batch's first and last entry, with their counts.
+local held = {}
+local range = redis.call('XPENDING', KEYS[1], ARGV[1], lo, hi, RANGE, ARGV[2])
+for _, p in ipairs(range) do held[p[1]] = tonumber(p[4]) end
+local out, acked, records, indexed = {}, {}, {}, {}
+for i = 5, #ARGV, 5 do
+  local entry, token, id = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local count = held[entry]
+  if not count and #range >= RANGE then
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1, ARGV[2])
+    count = #p > 0 and tonumber(p[1][4]) or nil
+  end
+  if count ~= token then
     out[#out + 1] = 0
   else
-    redis.call('XACK', KEYS[1], ARGV[1], entry)
-    redis.call('XDEL', KEYS[1], entry)
-    forget_delivered(ARGV[3], id, KEYS[2], ARGV[i + 3], ARGV[i + 4] == '1')
-    done = done + 1
+    acked[#acked + 1] = entry
+    records[#records + 1] = ARGV[3] .. ':d:' .. id
+    if ARGV[i + 4] == '1' then indexed[#indexed + 1] = id end
+    if ARGV[i + 3] ~= '' then drop_alternates(ARGV[i + 3], ARGV[3]) end
     out[#out + 1] = 1
   end
 end
-if done > 0 then
-  count_delivered(ARGV[3], ARGV[4], done)
+if #acked > 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(acked))
+  redis.call('DEL', unpack(records))
+  if #indexed > 0 then redis.call('ZREM', KEYS[2], unpack(indexed)) end
+  count_delivered(ARGV[3], ARGV[4], #acked)
+  trim_acked(KEYS[1], ARGV[1])
 end
 return out
 "#
-));
+)));
+
+/// KEYS: outbox stream. ARGV: group. Trims the entries that are acked, up to the oldest still
+/// pending or unread (what the batched completion leaves); returns how many went.
+pub const TRIM_ACKED: &str = with_trim_helpers!(
+    r#"
+return trim_acked(KEYS[1], ARGV[1])
+"#
+);
 
 /// KEYS: schedule zset, outbox stream. ARGV: now ms, max entries, key tag.
 /// Moves retries that are due back onto the stream, noting the new entry in the delivery;
@@ -415,15 +485,26 @@ return #due
 /// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index, conversations with
 /// deliveries held for a turn (by how many), deliveries superseded (a counter). ARGV: group,
 /// key tag. Returns {ready, in flight, scheduled, dead, received-at ms of the oldest waiting
-/// delivery or '', held, conversations waiting, superseded}. Completed entries are deleted from
-/// the stream, so what is on it is either ready or in flight, and its first entry's id is when
-/// the oldest of them was recorded; the waiting index holds the others that wait. An index entry
+/// delivery or '', held, conversations waiting, superseded}. Ready is the group's lag (Redis 7),
+/// or, where Redis cannot tell it, what is on the stream and not pending, which counts too the
+/// acked entries the trim has not reached yet (for at most a second). The stream is trimmed up
+/// to its oldest entry still pending or unread, so its first entry's id is when the oldest of
+/// those was recorded; the waiting index holds the others that wait. An index entry
 /// whose delivery is gone (finished by a version that indexed every delivery) is dropped here.
 pub const STATS: &str = r#"
 local len = redis.call('XLEN', KEYS[1])
 local pending = 0
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1])
 if type(p) == 'table' and type(p[1]) == 'number' then pending = p[1] end
+local ready = len - pending
+local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
+if type(groups) == 'table' then
+  for _, g in ipairs(groups) do
+    local f = {}
+    for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+    if f['name'] == ARGV[1] and type(f['lag']) == 'number' then ready = f['lag'] end
+  end
+end
 local oldest = nil
 for _ = 1, 100 do
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
@@ -445,7 +526,7 @@ for i = 2, #waiting, 2 do
   held = held + tonumber(waiting[i])
   conversations = conversations + 1
 end
-return {len - pending, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]),
+return {ready, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]),
   oldest and tostring(oldest) or '', held, conversations, tonumber(redis.call('GET', KEYS[6]) or '0')}
 "#;
 
