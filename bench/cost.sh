@@ -40,7 +40,7 @@ cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 redis-cli -p "$RP" CONFIG RESETSTAT >/dev/null
 G0=$(cpu $PID); R0=$(cpu $REDIS_PID)
 case "${3:-}" in
-  perf) perf record -F 999 -g -p "$PID" -o perf.data -- sleep "$SECS" >/dev/null 2>&1 & ;;
+  perf) perf record -F 499 --call-graph dwarf,16384 -p "$PID" -o perf.data -- sleep "$SECS" >/dev/null 2>&1 & ;;
   perf-redis) perf record -F 999 -g -p "$REDIS_PID" -o redis.perf -- sleep "$SECS" >/dev/null 2>&1 & ;;
 esac
 "$SIM" sim send --json --secret bench-secret --url "http://127.0.0.1:$GP/slack/events" --duration "$SECS" \
