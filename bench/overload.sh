@@ -6,7 +6,8 @@
 # longer than 2 s (the ack budget) and 3 s (Slack's deadline), and afterwards how long until
 # every acked delivery reached the bot, with the bot's count of lost and duplicated ones.
 # Slack's retries (1 min, 5 min) run 60× faster, so shed events come back within the phase.
-# nginx `return 200` at 0.8× is the latency baseline. Loopback only, bounded in time.
+# nginx `return 200` at 0.8× is the latency baseline. Last, the gateway CPU of an accepted event
+# and of a 503, solved from the 1.5× and 3× phases. Loopback only, bounded in time.
 #
 #   bench/overload.sh [SECONDS_PER_PHASE]        default 10
 set -euo pipefail
@@ -66,9 +67,11 @@ TOML
   ( while kill -0 "$GW_PID" 2>/dev/null; do awk '/VmRSS/{print $2}' "/proc/$GW_PID/status" 2>/dev/null; sleep 0.25; done \
     >"$WORK/$name.rss" ) &
   GW_URL="http://127.0.0.1:$listen/slack/events"
-  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && return; sleep 0.1; done
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz" && { GW_CPU0=$(cpu "$GW_PID"); return; }; sleep 0.1; done
   echo "gateway not ready"; exit 1
 }
+# A process's CPU time so far, in clock ticks.
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 waiting() { $GW stats --json --config "$CONFIG" 2>/dev/null | json "d[0]['ready'] + d[0]['in_flight'] + d[0]['scheduled']"; }
 # After the send: time until the outbox is empty, then the bot's account.
 end_phase() {
@@ -77,6 +80,8 @@ end_phase() {
   for _ in $(seq 1500); do [ "$(waiting)" = "0" ] && break; sleep 0.2; done
   end=$(date +%s.%N)
   DRAINED_S=$(awk "BEGIN{printf \"%.1f\", $end - $start}")
+  # The gateway's CPU over the phase and its drain: the acks, the 503s and the deliveries.
+  GW_CPU_US=$(( ($(cpu "$GW_PID") - GW_CPU0) * 1000000 / $(getconf CLK_TCK) ))
   wait "$BOT_PID" || true
   kill -INT "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
   RECV=$(cat "$WORK/$name.recv.json")
@@ -103,9 +108,29 @@ for factor in 0.5 0.8 1.5 3; do
   OUT=$($GW sim send --json --time-scale 60 --duration "$SECS" --url "$GW_URL" --rate "$rate" --manifest "$WORK/$name.manifest" 2>/dev/null)
   end_phase "$name"
   echo "$OUT" >"$WORK/$name.send.json"
+  echo "$GW_CPU_US" >"$WORK/$name.cpu"
   RSS_MIB=$(sort -n "$WORK/$name.rss" | tail -1 | awk '{printf "%.0f", $1 / 1024}')
   echo "$OUT" | json "'%-6s %7d %8.0f %9.3f %9.3f %9.3f %9.3f %6d %6d %7d %7ss %5s %4s %7s' % ('${factor}x', $rate, d['statuses'].get('200', 0) / d['seconds'], d['ok_latency']['p50_ms'], d['ok_latency']['p99_ms'], d['refused_latency']['p99_ms'], d['refused_service']['p99_ms'], d['answers_over_2s'], d['answers_over_3s'], d['failed'], '$DRAINED_S', $(echo "$RECV" | json "d['lost']"), $(echo "$RECV" | json "d['duplicated']"), '$RSS_MIB')"
 done
+# What a 503 costs beside an accepted event: the gateway's CPU in the 1.5x and 3x phases is
+# accepted x a + refused x r (each phase's 2xx and 503 answers); two phases, two unknowns.
+python3 - "$WORK" <<'PY'
+import json, sys
+rows = []
+for name in ("x1_5", "x3"):
+    d = json.load(open(f"{sys.argv[1]}/{name}.send.json"))
+    st = d["statuses"]
+    rows.append((st.get("200", 0), st.get("503", 0), int(open(f"{sys.argv[1]}/{name}.cpu").read())))
+(a1, r1, c1), (a2, r2, c2) = rows
+det = a1 * r2 - a2 * r1
+if det and r1 + r2:
+    a = (c1 * r2 - c2 * r1) / det
+    r = (a1 * c2 - a2 * c1) / det
+    print(f"gateway CPU per answer, from the 1.5x and 3x phases: accepted (acked and delivered) {a:.0f} µs, "
+          f"refused (503) {r:.0f} µs, a 503 costs {r / a:.2f}x an accepted event")
+else:
+    print("gateway CPU per answer: no 503s in the floods, nothing to tell apart")
+PY
 echo "(rates: events/s offered over at most 256 connections; 2xx/s: 200 answers per second of the phase, Slack's retries"
 echo " included; latencies in ms from each first attempt's scheduled time, except 503 p99s: from each 503'd request's send;"
 echo " >2s/>3s: answers slower than the ack budget / Slack's deadline, from each send; gaveup: events Slack would have"
