@@ -79,7 +79,10 @@ impl BackgroundService for Writer {
             // arrival and its attempt (milliseconds apart) make one append. The writer sleeps
             // through it rather than waiting on the queue, so the notes that come meanwhile wake
             // no one (a wake is a cross-thread syscall per note, paid on the ack path).
-            tokio::time::sleep(WINDOW).await;
+            // A full batch (a backlog) is written at once.
+            if batch.len() < BATCH {
+                tokio::time::sleep(WINDOW).await;
+            }
             while batch.len() < BATCH {
                 match rx.try_recv() {
                     Ok(note) => batch.push(note),

@@ -293,8 +293,8 @@ impl Store {
     ) -> Result<Vec<bool>, StoreError> {
         let mut invocation = self.finish_done_many.key(&keys.stream);
         invocation.key(&keys.wait).arg(GROUP).arg(consumer).arg(&keys.tag).arg(crate::clock::now_ms());
-        for Delivered { lease, claim, indexed } in entries {
-            invocation.arg(&lease.entry).arg(lease.token).arg(&lease.delivery).arg(claim).arg(u8::from(*indexed));
+        for Delivered { lease, claim } in entries {
+            invocation.arg(&lease.entry).arg(lease.token).arg(&lease.delivery).arg(claim);
         }
         let done: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
         if done.len() != entries.len() {

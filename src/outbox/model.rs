@@ -133,18 +133,17 @@ pub struct Stored {
     pub indexed: bool,
 }
 
-/// A delivered entry for the batched completion: its lease, and what its completion undoes
-/// besides, as loaded (its message claim's other copies, its place in the waiting index).
+/// A delivered entry for the batched completion: its lease, and its message claim as loaded
+/// (whose other copies its completion drops).
 #[derive(Debug, Clone)]
 pub struct Delivered {
     pub lease: Lease,
     pub claim: String,
-    pub indexed: bool,
 }
 
 impl Delivered {
     pub fn new(lease: &Lease, stored: &Stored) -> Self {
-        Delivered { lease: lease.clone(), claim: stored.claim.clone(), indexed: stored.indexed }
+        Delivered { lease: lease.clone(), claim: stored.claim.clone() }
     }
 }
 

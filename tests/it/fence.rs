@@ -224,7 +224,7 @@ async fn a_batched_completion_fences_each_entry_on_its_own() {
     let taken = expired(&store, &keys, "worker-b", 1).await;
     let stale = held.iter().find(|l| l.delivery == taken[0].delivery).unwrap();
     let fresh: Vec<_> = held.iter().filter(|l| l.delivery != taken[0].delivery).collect();
-    let delivered = |l: &outbox::Lease| Delivered { lease: l.clone(), claim: String::new(), indexed: false };
+    let delivered = |l: &outbox::Lease| Delivered { lease: l.clone(), claim: String::new() };
     let mut batch = vec![delivered(stale)];
     batch.extend(fresh.iter().map(|l| delivered(l)));
     let done = store.finish_done_many(&keys, "worker-a", &batch.iter().collect::<Vec<_>>()).await.unwrap();
@@ -293,7 +293,7 @@ async fn the_trim_takes_acked_entries_only() {
     }
     let held = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
     record(&store, &keys, "0-t4", "e:EvT4").await;
-    let delivered = |l: &outbox::Lease| Delivered { lease: l.clone(), claim: String::new(), indexed: false };
+    let delivered = |l: &outbox::Lease| Delivered { lease: l.clone(), claim: String::new() };
     let later: Vec<Delivered> = held[1..].iter().map(delivered).collect();
     let done = store.finish_done_many(&keys, "worker-a", &later.iter().collect::<Vec<_>>()).await.unwrap();
     assert_eq!(done, [true, true]);
@@ -307,4 +307,17 @@ async fn the_trim_takes_acked_entries_only() {
     assert_eq!(store.trim_acked(&keys).await.unwrap(), 0);
     let unread = outbox::read_new(&mut reader, &keys, "worker-a", 10, Duration::from_millis(100)).await.unwrap();
     assert_eq!(unread.iter().map(|l| l.delivery.as_str()).collect::<Vec<_>>(), ["0-t4"], "never the unread one");
+}
+
+/// A shard whose stream has no group yet (no reader started on it: a Socket Mode app on another
+/// process, say) has nothing acked, and its trim says so instead of failing every second.
+#[tokio::test]
+async fn the_trim_of_a_stream_without_its_group_is_nothing() {
+    let (redis, store, _reader, _) = setup().await;
+    let keys = ShardKeys::new(&prefix("nogroup"), "bot", 0);
+    assert_eq!(store.trim_acked(&keys).await.unwrap(), 0, "no stream at all");
+    let _: String =
+        redis::cmd("XADD").arg(keys.stream()).arg("*").arg("d").arg("0-x").query(&mut redis.conn()).unwrap();
+    assert_eq!(store.trim_acked(&keys).await.unwrap(), 0, "a stream without the group");
+    assert_eq!(redis.xlen(keys.stream()), 1, "and nothing taken");
 }
