@@ -129,8 +129,6 @@ pub struct Stored {
     pub conversation: Kept,
     /// The message claim it holds or was kept under ('' when none).
     pub claim: String,
-    /// In the waiting index (it has waited off the stream: inline, a retry, a turn).
-    pub indexed: bool,
 }
 
 /// A delivered entry for the batched completion: its lease, and its message claim as loaded
@@ -212,7 +210,6 @@ pub(super) fn stored(map: &HashMap<String, Vec<u8>>) -> Stored {
             Some(cv) => std::str::from_utf8(cv).ok().and_then(Conversation::decode).map_or(Kept::None, Kept::Some),
         },
         claim: text("mc"),
-        indexed: map.contains_key("w"),
     }
 }
 

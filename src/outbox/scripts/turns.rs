@@ -97,10 +97,8 @@ local function begin_turn(tag, group, entry, id, hk, fields, now, timeout)
   end
   redis.call('XACK', tag .. ':outbox', group, entry)
   redis.call('XDEL', tag .. ':outbox', entry)
-  redis.call('HSET', hk, 'hq', conv, 'w', 1)
-  if not field(fields, 'w') then
-    redis.call('ZADD', tag .. ':wait', field(fields, 'rcv') or now, id)
-  end
+  redis.call('HSET', hk, 'hq', conv)
+  redis.call('ZADD', tag .. ':wait', 'NX', field(fields, 'rcv') or now, id)
   redis.call('ZADD', tag .. ':tq:' .. conv, ts, id)
   redis.call('ZINCRBY', tag .. ':waiting', 1, conv)
   if not t.q then
