@@ -7,6 +7,7 @@
 # also records a profile of the gateway to ./perf.data; `perf-redis`, of Redis to ./redis.perf.
 #
 #   bench/cost.sh [BINARY] [SECONDS] [perf|perf-redis]        defaults target/release/slackgate and 8
+# SERVER_LINES adds lines to the gateway's [server] (e.g. `threads = 1`), to weigh a setting.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -25,6 +26,7 @@ cat >"$W/gw.toml" <<TOML
 [server]
 listen = "127.0.0.1:$GP"
 admin_listen = "127.0.0.1:$AP"
+${SERVER_LINES:-}
 [redis]
 url = "redis://127.0.0.1:$RP/"
 [[app]]

@@ -27,13 +27,14 @@ NGINX
 # bench_gateway BINARY NAME LISTEN ADMIN REDIS_PORT UPSTREAM_PORT DELIVERY [APP_LINES]: a gateway
 # of one app ("bench", secret $BENCH_SECRET, key prefix NAME) in the background, its files under
 # $WORK, APP_LINES (e.g. `turns = { order = "queue" }`) added to its [[app]]; sets GW_PID and
-# returns once its /readyz answers.
+# returns once its /readyz answers. SERVER_LINES adds lines to its [server].
 bench_gateway() {
   local gw=$1 name=$2 listen=$3 admin=$4 redis=$5 upstream=$6 delivery=$7 app_lines=${8:-}
   cat >"$WORK/$name.toml" <<TOML
 [server]
 listen = "127.0.0.1:$listen"
 admin_listen = "127.0.0.1:$admin"
+${SERVER_LINES:-}
 [redis]
 url = "redis://127.0.0.1:$redis/"
 key_prefix = "$name"

@@ -7,7 +7,9 @@
 # every acked delivery reached the bot, with the bot's count of lost and duplicated ones.
 # Slack's retries (1 min, 5 min) run 60× faster, so shed events come back within the phase.
 # nginx `return 200` at 0.8× is the latency baseline. Last, the gateway CPU of an accepted event
-# and of a 503, solved from the 1.5× and 3× phases. Loopback only, bounded in time.
+# and of a 503, solved from the 1.5× and 3× phases (or, when those shed too little, from the
+# same floods with `max_pending = 8`). SERVER_LINES adds lines to each gateway's [server].
+# Loopback only, bounded in time.
 #
 #   bench/overload.sh [SECONDS_PER_PHASE]        default 10
 set -euo pipefail
@@ -53,6 +55,7 @@ start_phase() {
 [server]
 listen = "127.0.0.1:$listen"
 admin_listen = "127.0.0.1:$admin"
+${SERVER_LINES:-}
 [redis]
 url = "redis://127.0.0.1:$REDIS_PORT/"
 key_prefix = "$name"
@@ -99,10 +102,12 @@ NGINX_RATE=$(awk "BEGIN{printf \"%d\", $CEIL * 0.8}")
 NGINX_JSON=$($GW sim send --json --duration "$SECS" --url "http://127.0.0.1:$NGINX_PORT/slack/events" --rate "$NGINX_RATE" 2>/dev/null)
 NGINX_P99=$(echo "$NGINX_JSON" | json "d['ok_latency']['p99_ms']")
 printf 'nginx return 200 at 0.8x (%s/s): p99 %s ms\n' "$NGINX_RATE" "$NGINX_P99"
-printf '%-6s %7s %8s %9s %9s %9s %9s %6s %6s %7s %8s %5s %4s %7s\n' \
+printf '%-9s %7s %8s %9s %9s %9s %9s %6s %6s %7s %8s %5s %4s %7s\n' \
   "load" "rate/s" "2xx/s" "2xx p50" "2xx p99" "503 p99" "503 p99s" ">2s" ">3s" "gaveup" "drained" "lost" "dup" "RSS MiB"
-for factor in 0.5 0.8 1.5 3; do
-  name="x${factor/./_}"
+# One open-loop phase at FACTOR x the ceiling, named NAME: its row of the table, its send's
+# JSON and the gateway's CPU kept under $WORK for the solve below.
+flood() {
+  local factor=$1 name=$2 label=$3 rate
   rate=$(awk "BEGIN{printf \"%d\", $CEIL * $factor}")
   start_phase "$name"
   OUT=$($GW sim send --json --time-scale 60 --duration "$SECS" --url "$GW_URL" --rate "$rate" --manifest "$WORK/$name.manifest" 2>/dev/null)
@@ -110,7 +115,10 @@ for factor in 0.5 0.8 1.5 3; do
   echo "$OUT" >"$WORK/$name.send.json"
   echo "$GW_CPU_US" >"$WORK/$name.cpu"
   RSS_MIB=$(sort -n "$WORK/$name.rss" | tail -1 | awk '{printf "%.0f", $1 / 1024}')
-  echo "$OUT" | json "'%-6s %7d %8.0f %9.3f %9.3f %9.3f %9.3f %6d %6d %7d %7ss %5s %4s %7s' % ('${factor}x', $rate, d['statuses'].get('200', 0) / d['seconds'], d['ok_latency']['p50_ms'], d['ok_latency']['p99_ms'], d['refused_latency']['p99_ms'], d['refused_service']['p99_ms'], d['answers_over_2s'], d['answers_over_3s'], d['failed'], '$DRAINED_S', $(echo "$RECV" | json "d['lost']"), $(echo "$RECV" | json "d['duplicated']"), '$RSS_MIB')"
+  echo "$OUT" | json "'%-9s %7d %8.0f %9.3f %9.3f %9.3f %9.3f %6d %6d %7d %7ss %5s %4s %7s' % ('$label', $rate, d['statuses'].get('200', 0) / d['seconds'], d['ok_latency']['p50_ms'], d['ok_latency']['p99_ms'], d['refused_latency']['p99_ms'], d['refused_service']['p99_ms'], d['answers_over_2s'], d['answers_over_3s'], d['failed'], '$DRAINED_S', $(echo "$RECV" | json "d['lost']"), $(echo "$RECV" | json "d['duplicated']"), '$RSS_MIB')"
+}
+for factor in 0.5 0.8 1.5 3; do
+  flood "$factor" "x${factor/./_}" "${factor}x"
 done
 # The same floods against nginx `return 200`: what the box and the load tool allow.
 for factor in 1.5 3; do
@@ -118,27 +126,41 @@ for factor in 1.5 3; do
   $GW sim send --json --duration "$SECS" --url "http://127.0.0.1:$NGINX_PORT/slack/events" --rate "$rate" 2>/dev/null |
     json "'nginx return 200 at ${factor}x (%d/s): %.0f 2xx/s, p50 %.3f ms, p99 %.3f ms, %d answers over 2 s' % ($rate, d['statuses'].get('200', 0) / d['seconds'], d['ok_latency']['p50_ms'], d['ok_latency']['p99_ms'], d['answers_over_2s'])"
 done
-# What a 503 costs beside an accepted event: the gateway's CPU in the 1.5x and 3x phases is
-# accepted x a + refused x r (each phase's 2xx and 503 answers); two phases, two unknowns.
-python3 - "$WORK" <<'PY'
+# What a 503 costs beside an accepted event: the gateway's CPU in two phases is accepted x a +
+# refused x r (each phase's 2xx and 503 answers); two phases, two unknowns. Solved only from
+# phases that both shed a real share (from a handful of 503s the solution is noise): the 1.5x
+# and 3x phases, or else the same two floods again with the limit on pending records held at
+# 8 (`max_pending = 8`, rows marked "8p"), so that the gateway sheds as it does once its limit
+# is reached, and the refusal is measured on the same box in the same run.
+solve() {
+  python3 - "$WORK" "$@" <<'PY'
 import json, sys
 rows = []
-for name in ("x1_5", "x3"):
+for name in sys.argv[2:4]:
     d = json.load(open(f"{sys.argv[1]}/{name}.send.json"))
     st = d["statuses"]
     rows.append((st.get("200", 0), st.get("503", 0), int(open(f"{sys.argv[1]}/{name}.cpu").read())))
 (a1, r1, c1), (a2, r2, c2) = rows
 det = a1 * r2 - a2 * r1
-# Only from phases that both shed a real share: from a handful of 503s the solution is noise.
 if det and min(r1 / max(a1 + r1, 1), r2 / max(a2 + r2, 1)) >= 0.05:
     a = (c1 * r2 - c2 * r1) / det
     r = (a1 * c2 - a2 * c1) / det
-    print(f"gateway CPU per answer, from the 1.5x and 3x phases: accepted (acked and delivered) {a:.0f} µs, "
+    print(f"gateway CPU per answer, from the {sys.argv[4]} phases: accepted (acked and delivered) {a:.0f} µs, "
           f"refused (503) {r:.0f} µs, a 503 costs {r / a:.2f}x an accepted event")
-else:
-    print(f"gateway CPU per answer: too few 503s to tell apart (1.5x: {r1} of {a1 + r1}, 3x: {r2} of {a2 + r2}); "
-          f"per answer overall: {c1 / max(a1 + r1, 1):.0f} µs at 1.5x, {c2 / max(a2 + r2, 1):.0f} µs at 3x")
+    sys.exit(0)
+print(f"gateway CPU per answer: too few 503s in the {sys.argv[4]} phases to tell apart ({r1} of {a1 + r1}, "
+      f"{r2} of {a2 + r2}); per answer overall: {c1 / max(a1 + r1, 1):.0f} and {c2 / max(a2 + r2, 1):.0f} µs")
+sys.exit(1)
 PY
+}
+if ! solve x1_5 x3 "1.5x and 3x"; then
+  SERVER_LINES="${SERVER_LINES:-}
+max_pending = 8"
+  for factor in 1.5 3; do
+    flood "$factor" "p${factor/./_}" "${factor}x 8p"
+  done
+  solve p1_5 p3 "1.5x and 3x (max_pending = 8)" || true
+fi
 echo "(rates: events/s offered over at most 256 connections; 2xx/s: 200 answers per second of the phase, Slack's retries"
 echo " included; latencies in ms from each first attempt's scheduled time, except 503 p99s: from each 503'd request's send;"
 echo " >2s/>3s: answers slower than the ack budget / Slack's deadline, from each send; gaveup: events Slack would have"

@@ -104,10 +104,10 @@ pub async fn run(o: ReceiveOpts) -> anyhow::Result<()> {
         }
     }
     server.abort();
-    report(&o, &bot)
+    report(&o, &bot, started)
 }
 
-fn report(o: &ReceiveOpts, bot: &Bot) -> anyhow::Result<()> {
+fn report(o: &ReceiveOpts, bot: &Bot, started: Instant) -> anyhow::Result<()> {
     let per_event = bot.per_event.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let duplicated: u64 = per_event.values().map(|&c| u64::from(c.saturating_sub(1))).sum();
     let lost = match &o.manifest {
@@ -124,12 +124,15 @@ fn report(o: &ReceiveOpts, bot: &Bot) -> anyhow::Result<()> {
         }
     };
     let h = bot.latency.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let last = *bot.last.lock().unwrap_or_else(|e| e.into_inner());
     if o.json {
         let json = serde_json::json!({
             "received": bot.received.load(Ordering::Relaxed), "events": per_event.len(), "duplicated": duplicated,
             "bad_signatures": bot.bad_signatures.load(Ordering::Relaxed),
             "expected": lost.as_ref().map(|(n, _)| *n), "lost": lost.as_ref().map(|(_, m)| m.len()),
             "send_to_delivery": latency_json(&h),
+            // From the start to the last delivery: how long a backlog took to reach the bot.
+            "last_delivery_s": last.map(|l| l.duration_since(started).as_secs_f64()),
         });
         out!("{}", serde_json::to_string_pretty(&json)?);
     } else {
