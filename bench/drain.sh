@@ -20,7 +20,7 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly ye
 sleep 0.5
 drain_one() { # binary label round → prints "backlog seconds per_s"
   local gw=$1 name="$2$3" listen admin bot pid recv
-  listen=$(port); admin=$(port); bot=$(port)
+  listen=$(port); admin=$(port); bot=$(low_port)
   bench_gateway "$gw" "$name" "$listen" "$admin" "$REDIS_PORT" "$bot" \
     '{ max_in_flight = 64, retry_initial = "100ms", retry_max = "1s" }'
   pid=$GW_PID
@@ -32,7 +32,7 @@ drain_one() { # binary label round → prints "backlog seconds per_s"
   # The bot times the drain itself (from its start to its last delivery), so nothing polls the
   # outbox meanwhile: a poll a tenth of a second (a process and a Python each) took a third of
   # the box. The same bot, this tree's, for both binaries.
-  "$SIM" sim receive --listen "127.0.0.1:$bot" --idle 2 --duration 600 --json >"$WORK/$name.recv" 2>/dev/null &
+  "$SIM" sim receive --listen "127.0.0.1:$bot" --idle 2 --duration 600 --json >"$WORK/$name.recv" 2>"$WORK/$name.recv.err" &
   recv=$!
   wait "$recv" 2>/dev/null || true
   left=$(waiting)
@@ -40,7 +40,7 @@ drain_one() { # binary label round → prints "backlog seconds per_s"
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   local took
-  took=$(json "d['last_delivery_s'] or 0" <"$WORK/$name.recv")
+  took=$(json "d['last_delivery_s'] or 0" <"$WORK/$name.recv" 2>/dev/null) || { echo "the bot failed ($name):" >&2; cat "$WORK/$name.recv.err" >&2; took=0; }
   awk -v b="$backlog" -v t="$took" 'BEGIN { printf "%d %.2f %.0f\n", b, t, b / (t > 0 ? t : 1) }'
 }
 echo "== $(date -u +%FT%TZ) $(nproc) cores; $N events waiting, $ROUNDS rounds; A=$A B=$B"

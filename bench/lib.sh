@@ -3,6 +3,23 @@
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# A free loopback port below the kernel's ephemeral range, for a listener that starts after a
+# client has long been trying to reach it (a bot that comes up late): thousands of refused
+# connects to an ephemeral port can land one on the port itself, a socket connected to itself,
+# and the listener then cannot bind it.
+low_port() {
+  python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+while True:
+    p = random.randrange(10000, low)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass'
+}
+
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 # nginx_bot DIR PORT: nginx answering 200 to everything on 127.0.0.1:PORT, in the background,

@@ -55,6 +55,9 @@ async fn sim_send_and_receive_account_for_every_event() {
     assert_eq!(got["duplicated"], 0, "{got}");
     assert_eq!(got["bad_signatures"], 0);
     assert_eq!(got["events"], got["expected"], "one delivery per expected line: pairs collapsed, copies absorbed");
+    // The send took 2 s after the receiver started, so its last delivery came no sooner.
+    let last = got["last_delivery_s"].as_f64().expect("the time of the last delivery");
+    assert!(last >= 1.5, "{got}");
 }
 
 #[test]
