@@ -32,7 +32,8 @@ drain_one() { # binary label round → prints "backlog seconds per_s"
   # The bot times the drain itself (from its start to its last delivery), so nothing polls the
   # outbox meanwhile: a poll a tenth of a second (a process and a Python each) took a third of
   # the box. The same bot, this tree's, for both binaries.
-  "$SIM" sim receive --listen "127.0.0.1:$bot" --idle 2 --duration 600 --json >"$WORK/$name.recv" 2>"$WORK/$name.recv.err" &
+  "$SIM" sim receive --listen "127.0.0.1:$bot" --idle 2 --duration 600 --json \
+    >"$WORK/$name.recv" 2>"$WORK/$name.recv.err" &
   recv=$!
   wait "$recv" 2>/dev/null || true
   left=$(waiting)
@@ -40,8 +41,13 @@ drain_one() { # binary label round → prints "backlog seconds per_s"
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   local took
-  took=$(json "d['last_delivery_s'] or 0" <"$WORK/$name.recv" 2>/dev/null) || { echo "the bot failed ($name):" >&2; cat "$WORK/$name.recv.err" >&2; took=0; }
-  awk -v b="$backlog" -v t="$took" 'BEGIN { printf "%d %.2f %.0f\n", b, t, b / (t > 0 ? t : 1) }'
+  if ! took=$(json "d['last_delivery_s'] or 0" <"$WORK/$name.recv" 2>/dev/null); then
+    echo "the bot failed ($name):" >&2
+    cat "$WORK/$name.recv.err" >&2
+    took=0
+  fi
+  # A round whose bot failed or got nothing reads 0/s, and the script stops on it below.
+  awk -v b="$backlog" -v t="$took" 'BEGIN { printf "%d %.2f %.0f\n", b, t, (t > 0 ? b / t : 0) }'
 }
 echo "== $(date -u +%FT%TZ) $(nproc) cores; $N events waiting, $ROUNDS rounds; A=$A B=$B"
 ratios=()
@@ -50,6 +56,7 @@ for r in $(seq "$ROUNDS"); do
   read -r bb bs br < <(drain_one "$B" b "$r")
   printf 'round %d  A %6d waiting, delivered in %6.2fs: %6d/s | B %6d waiting, delivered in %6.2fs: %6d/s\n' \
     "$r" "$ab" "$as" "$ar" "$bb" "$bs" "$br"
+  [ "$ar" != 0 ] && [ "$br" != 0 ] || { echo "round $r did not drain: no ratio" >&2; exit 1; }
   ratios+=("$(awk -v a="$ar" -v b="$br" 'BEGIN { printf "%.3f", b / a }')")
 done
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
