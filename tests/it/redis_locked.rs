@@ -22,6 +22,24 @@ async fn refused(cfg: &GatewayConfig, env: &[(&str, &str)], id: &str) {
     assert_eq!(String::from_utf8_lossy(&body), "store unavailable\n", "refused by Redis, not shed");
 }
 
+/// Whether `n` events sent one after another are acked in a row within `limit`.
+async fn acks_in_a_row(port: u16, prefix: &str, n: usize, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    let (mut sent, mut streak) = (0, 0);
+    while streak < n {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        let ok = matches!(
+            try_send(port, Req::signed("/slack/events", event(&format!("{prefix}-{sent}")), SECRET)).await,
+            Ok((200, _))
+        );
+        streak = if ok { streak + 1 } else { 0 };
+        sent += 1;
+    }
+    true
+}
+
 /// No password, and no byte of the client key, in the gateway's log.
 fn no_secret_logged(gw: &Gateway, security: &RedisSecurity) {
     let log = gw.log();
@@ -45,10 +63,12 @@ async fn a_cluster_over_mutual_tls_with_a_login_records_replicates_and_delivers(
     assert!(cluster.wait_replicas_confirm(1, Duration::from_secs(30)), "the replicas never confirmed");
     let env = security.env();
     let gateways = [Gateway::start_with_env(&cfg, &env).await, Gateway::start_with_env(&cfg, &env).await];
-    // One event each first, retried like Slack retries: a debug build's first TLS handshakes
-    // to every node (nine cluster connections with `replicated`) can take the ack budget.
+    // Warmed first: a debug build's first TLS handshakes to every node, on a busy machine, can
+    // take longer than the ack budget, and with `replicated` records take turns over eight
+    // connections of their own (each a cluster connection to every node). Eight acks in a row
+    // on one gateway are one on each of them.
     for (i, g) in gateways.iter().enumerate() {
-        assert!(deliver(&[g.port], &format!("EvTlsClWarm{i}"), Duration::from_secs(30)).await, "{}", g.log());
+        assert!(acks_in_a_row(g.port, &format!("EvTlsClWarm{i}"), 8, Duration::from_secs(60)).await, "{}", g.log());
     }
     let record_errors = "slackgate_store_errors_total{app=\"bot\",reason=\"record\"}";
     let mut errors_before = Vec::new();
@@ -56,12 +76,30 @@ async fn a_cluster_over_mutual_tls_with_a_login_records_replicates_and_delivers(
         errors_before.push(metric(g.admin_port, record_errors).await);
     }
     let ids: Vec<String> = (0..30).map(|i| format!("EvTlsCl{i:03}")).collect();
-    // Every event twice at the same moment, on both gateways.
+    // Every event twice at the same moment, on both gateways. Each is recorded and acked, or —
+    // on a machine too busy for a debug build's TLS records to keep up — shed at once as
+    // overload (503, Slack retries it: then so do we). Never refused for want of a store.
     let sends = ids.iter().flat_map(|id| {
-        gateways.each_ref().map(|g| tokio::spawn(send(g.port, Req::signed("/slack/events", event(id), SECRET))))
+        gateways.each_ref().map(|g| {
+            let id = id.clone();
+            let port = g.port;
+            tokio::spawn(async move {
+                (port, id.clone(), send(port, Req::signed("/slack/events", event(&id), SECRET)).await)
+            })
+        })
     });
+    let mut shed = Vec::new();
     for s in sends.collect::<Vec<_>>() {
-        assert_eq!(s.await.unwrap().0, 200);
+        let (port, id, (status, body)) = s.await.unwrap();
+        let body = String::from_utf8_lossy(&body).into_owned();
+        match status {
+            200 => {}
+            503 if body == "overloaded, retry later\n" => shed.push((port, id)),
+            _ => panic!("{status} {body}: {}\n{}", gateways[0].log(), gateways[1].log()),
+        }
+    }
+    for (port, id) in &shed {
+        assert!(deliver(&[*port], id, Duration::from_secs(30)).await, "Slack's retry of {id} acked in the end");
     }
     assert!(
         eventually(Duration::from_secs(20), || ids.iter().all(|id| bot.count_body(id) >= 1)).await,
