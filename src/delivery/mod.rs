@@ -44,6 +44,10 @@ struct Shard {
     shared: Arc<Shared>,
     /// The app's attempt slots (`delivery.max_in_flight`), shared by its shards.
     permits: Arc<Semaphore>,
+    /// The app's slots for attempts that are over and wait for their outcome to be recorded
+    /// (as many), shared by its shards: an attempt gives its slot back as soon as the bot has
+    /// answered, so the next entries are sent while Redis records the last ones.
+    recording: Arc<Semaphore>,
     consumer: String,
     /// How many shards the app has (its permits and dead-letter bound are split among them).
     shards: u16,
@@ -116,6 +120,7 @@ impl DeliveryService {
             .map(|_| store.conversations(&config.redis.key_prefix, config.egress.attribution_window));
         for (app, in_use) in config.apps.iter().zip(in_use) {
             let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
+            let recording = Arc::new(Semaphore::new(app.delivery.max_in_flight));
             let shards: Vec<ShardKeys> =
                 (0..*in_use).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
             for keys in &shards {
@@ -126,6 +131,7 @@ impl DeliveryService {
                     client: client.clone(),
                     shared: self.shared.clone(),
                     permits: permits.clone(),
+                    recording: recording.clone(),
                     consumer: self.consumer.clone(),
                     shards: *in_use,
                     response_url_hosts: response_url_hosts.clone(),

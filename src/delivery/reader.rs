@@ -200,16 +200,18 @@ async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<(Lease, Loaded)>, mut permit
         let span = info_span!("delivery", app = %s.app.name, delivery = %lease.delivery, token = lease.token);
         tokio::spawn(
             async move {
-                run_attempt(&s, lease, stored).await;
-                drop((permit, in_flight));
+                run_attempt(&s, lease, stored, permit).await;
+                drop(in_flight);
             }
             .instrument(span),
         );
     }
 }
 
-/// One attempt for one leased entry, start to fenced finish.
-async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>) {
+/// One attempt for one leased entry, start to fenced finish. Its attempt slot (`permit`) is
+/// given back once the bot has answered, for a slot of the recording ones: the finish waits on
+/// Redis, not on the bot, and the next entry need not wait for it.
+async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: OwnedSemaphorePermit) {
     if stored.kind == Kind::Interactivity && stored.detail == "block_suggestion" {
         // Its inline attempt failed or its holder died: options are useless by now.
         return expire(s, &lease, &stored).await;
@@ -229,7 +231,13 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>) {
         a = attempt::send_once(&s.client, &s.shared, &s.app, d) => a,
         _ = keep_lease(s, &lease) => return,
     };
+    let recording = tokio::select! {
+        r = s.recording.clone().acquire_owned() => r.expect("semaphore is never closed"),
+        _ = keep_lease(s, &lease) => return,
+    };
+    drop(permit);
     finish(s, &lease, &stored, number, attempted).await;
+    drop(recording);
 }
 
 /// Say which message this attempt carries (the egress reads it to attribute replies): the

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,6 +66,9 @@ struct State {
     received: Mutex<Vec<Received>>,
     script: Mutex<VecDeque<Reply>>,
     default: Mutex<Reply>,
+    /// Requests being answered now, and the most there ever were at once.
+    active: AtomicUsize,
+    most_active: AtomicUsize,
 }
 
 pub struct Receiver {
@@ -91,6 +95,8 @@ impl Receiver {
             received: Mutex::default(),
             script: Mutex::default(),
             default: Mutex::new(Reply::status(200)),
+            active: AtomicUsize::new(0),
+            most_active: AtomicUsize::new(0),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -148,6 +154,12 @@ impl Receiver {
         self.received().iter().filter(|r| String::from_utf8_lossy(&r.body).contains(needle)).count()
     }
 
+    /// The most requests that were being answered at one moment (from each one's arrival to
+    /// its answer).
+    pub fn most_concurrent(&self) -> usize {
+        self.state.most_active.load(Ordering::SeqCst)
+    }
+
     /// Stop listening and drop every open connection.
     pub fn stop(self) {
         self.task.abort();
@@ -201,7 +213,10 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<
         timestamp_fresh,
     });
     let reply = st.script.lock().unwrap().pop_front().unwrap_or_else(|| st.default.lock().unwrap().clone());
+    let active = st.active.fetch_add(1, Ordering::SeqCst) + 1;
+    st.most_active.fetch_max(active, Ordering::SeqCst);
     tokio::time::sleep(reply.delay).await;
+    st.active.fetch_sub(1, Ordering::SeqCst);
     let mut resp = Response::builder().status(reply.status);
     if let Some(ct) = reply.content_type {
         resp = resp.header("Content-Type", ct);
