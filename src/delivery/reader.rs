@@ -87,17 +87,21 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
 }
 
 /// Up to `count` new entries, each with its delivery loaded, on `reads` (a store of the
-/// reader's own). The read and the load are one step, one round trip a batch with no fence to
-/// check after it: an entry is never leased and left unloaded by a reader that dies, nor, for an
-/// app that takes turns, loaded and left out of its conversation's turn. That step cannot block,
-/// so after a read that found less than it asked for it first waits for an entry `after` the
-/// last one it saw (at once when there is one); after a full read it reads again at once.
+/// reader's own). Without turns: a blocking read, then the loads in one round trip, no script
+/// on either ([`outbox::Store::read_then_load`]). With turns the read and the load are one
+/// step, one round trip a batch with no fence to check after it: an entry is never loaded and
+/// left out of its conversation's turn by a reader that dies. That step cannot block, so after
+/// a read that found less than it asked for it first waits for an entry `after` the last one it
+/// saw (at once when there is one); after a full read it reads again at once.
 async fn read(
     s: &Shard,
     reads: &outbox::Store,
     count: usize,
     after: &mut Option<String>,
 ) -> Result<Vec<(Lease, Loaded)>, outbox::StoreError> {
+    if s.turns.is_none() {
+        return reads.read_then_load(&s.keys, &s.consumer, count, READ_BLOCK).await;
+    }
     if let Some(id) = after.take() {
         reads.wait_for_new(&s.keys, &id, READ_BLOCK).await?;
     }

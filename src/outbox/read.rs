@@ -97,6 +97,39 @@ impl Store {
         Ok(())
     }
 
+    /// Read up to `count` new entries for `consumer`, blocking up to `block`, then load their
+    /// deliveries: the read's own command, then one pipelined round trip of `HGETALL`s, with no
+    /// script on the way (a script's Lua turned each delivery's fields into Lua values and back:
+    /// more of Redis' work than the reads themselves). Nothing is fenced between the two: the
+    /// entries were handed to this consumer a round trip earlier, and an attempt is fenced where
+    /// it counts, at its finish. A reader that dies in between leaves its entries leased, and
+    /// they are re-claimed after the lease like any other. For an app that takes turns the read
+    /// and the load stay one step ([`Store::read_loaded`]). Call it on a store of its own (a
+    /// blocking read would stall every other command on a shared connection).
+    pub async fn read_then_load(
+        &self,
+        keys: &ShardKeys,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<(Lease, Loaded)>, StoreError> {
+        let mut conn = self.conn.clone();
+        let leases = read_new(&mut conn, keys, consumer, count, block).await?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for lease in &leases {
+            pipe.hgetall(keys.delivery(&lease.delivery));
+        }
+        let maps: Vec<HashMap<String, Vec<u8>>> = pipe.query_async(&mut conn).await?;
+        if maps.len() != leases.len() {
+            return Err(StoreError::Protocol(format!("{} loads for {} leases", maps.len(), leases.len())));
+        }
+        let loaded = maps.iter().map(|m| if m.is_empty() { Loaded::Gone } else { Loaded::Stored(Box::new(stored(m))) });
+        Ok(leases.into_iter().zip(loaded).collect())
+    }
+
     /// Read new entries for `consumer`, blocking up to `block`. Call it on a store of its own
     /// (a [`LazyStore`] the reader alone uses): a blocking read would stall every other command
     /// on a shared multiplexed connection.
