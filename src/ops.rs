@@ -267,6 +267,7 @@ impl Ops {
             detail: again.detail,
             response_url: "",
             conversation: "",
+            carry: !a.turns.is_on(),
         };
         self.store.record(&keys, &new).await?;
         Ok(new_id)

@@ -39,18 +39,26 @@ impl Finisher {
 async fn run(mut rx: mpsc::UnboundedReceiver<(Delivered, Answer)>, store: Store, keys: ShardKeys, consumer: String) {
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let entries: Vec<&Delivered> = batch.iter().map(|(entry, _)| entry).collect();
-        match store.finish_done_many(&keys, &consumer, &entries).await {
-            Ok(done) => {
-                for ((_, answer), done) in batch.drain(..).zip(done) {
-                    let _ = answer.send(Ok(done));
-                }
+        // One call a stream: the carrying stream's entries, then the outbox stream's.
+        let (carried, others): (Vec<_>, Vec<_>) = batch.drain(..).partition(|(entry, _)| entry.lease.carried);
+        for part in [carried, others].into_iter().filter(|p| !p.is_empty()) {
+            finish_part(&store, &keys, &consumer, part).await;
+        }
+    }
+}
+
+async fn finish_part(store: &Store, keys: &ShardKeys, consumer: &str, part: Vec<(Delivered, Answer)>) {
+    let entries: Vec<&Delivered> = part.iter().map(|(entry, _)| entry).collect();
+    match store.finish_done_many(keys, consumer, &entries).await {
+        Ok(done) => {
+            for ((_, answer), done) in part.into_iter().zip(done) {
+                let _ = answer.send(Ok(done));
             }
-            Err(e) => {
-                let e = e.to_string();
-                for (_, answer) in batch.drain(..) {
-                    let _ = answer.send(Err(StoreError::Protocol(e.clone())));
-                }
+        }
+        Err(e) => {
+            let e = e.to_string();
+            for (_, answer) in part {
+                let _ = answer.send(Err(StoreError::Protocol(e.clone())));
             }
         }
     }

@@ -56,6 +56,12 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 Some(left) => left,
                 None => continue,
             };
+            if s.turns.is_some() {
+                permits = match carried_before_turns(&s, &reads, permits).await {
+                    Some(left) => left,
+                    None => continue,
+                };
+            }
         }
         let count = permits.num_permits();
         let read = async {
@@ -105,7 +111,7 @@ async fn read(
     if let Some(id) = after.take() {
         reads.wait_for_new(&s.keys, &id, READ_BLOCK).await?;
     }
-    let read = reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref()).await?;
+    let read = reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref(), false).await?;
     *after = match read.leased.last() {
         // A full read: more may be there already.
         Some(_) if read.leased.len() >= count => None,
@@ -168,42 +174,76 @@ fn yield_for(allowed: usize, in_flight: usize, max: usize, pause: Duration) -> O
     }
 }
 
-/// Take over entries whose lease ran out, as many as `permits` allow; returns the permits
-/// left for reading new entries (`None`: all were used).
+/// Take over entries whose lease ran out, on both streams, as many as `permits` allow; returns
+/// the permits left for reading new entries (`None`: all were used).
 async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
-    let max = permits.num_permits();
-    match s.store.reclaim_loaded(&s.keys, &s.consumer, s.app.delivery.lease, max, s.turns.as_ref()).await {
-        Ok(leases) if !leases.is_empty() => {
-            info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
-            if let Some(used) = permits.split(leases.len().min(permits.num_permits())) {
-                spawn_attempts(s, leases, used).await;
+    for carried in [true, false] {
+        let how = (s.app.delivery.lease, permits.num_permits());
+        match s.store.reclaim_loaded(&s.keys, &s.consumer, how, s.turns.as_ref(), carried).await {
+            Ok(leases) if !leases.is_empty() => {
+                info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
+                permits = spawn_some(s, leases, permits).await?;
             }
-            (permits.num_permits() > 0).then_some(permits)
+            Ok(_) => {}
+            Err(e) => {
+                s.store_error(StoreOp::Reclaim);
+                debug!(app = %s.app.name, error = %e, "reclaim failed");
+            }
         }
+    }
+    Some(permits)
+}
+
+/// What an app that takes turns finds on the carrying stream: deliveries recorded before it took
+/// them (the stream an app without turns is recorded on), each read in its turn like any other.
+async fn carried_before_turns(
+    s: &Arc<Shard>,
+    reads: &outbox::Store,
+    permits: OwnedSemaphorePermit,
+) -> Option<OwnedSemaphorePermit> {
+    let count = permits.num_permits();
+    match reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref(), true).await {
+        Ok(read) if !read.leased.is_empty() => spawn_some(s, read.leased, permits).await,
         Ok(_) => Some(permits),
         Err(e) => {
-            s.store_error(StoreOp::Reclaim);
-            debug!(app = %s.app.name, error = %e, "reclaim failed");
+            s.store_error(StoreOp::Read);
+            debug!(app = %s.app.name, error = %e, "cannot read the carrying stream");
             Some(permits)
         }
     }
 }
 
+/// Spawn `leases` with as many of `permits`; the permits left (`None`: all were used).
+async fn spawn_some(
+    s: &Arc<Shard>,
+    leases: Vec<(Lease, Loaded)>,
+    mut permits: OwnedSemaphorePermit,
+) -> Option<OwnedSemaphorePermit> {
+    let Some(used) = permits.split(leases.len().min(permits.num_permits())) else { return Some(permits) };
+    spawn_attempts(s, leases, used).await;
+    (permits.num_permits() > 0).then_some(permits)
+}
+
 /// One task per lease (its delivery loaded with it), each with one of `permits` (taken before
-/// the entries were read).
+/// the entries were read). A read of both streams can bring more entries than that: each of the
+/// rest waits for a slot of its own, its lease kept alive meanwhile, so the bot never has more
+/// than `max_in_flight` attempts at once.
 async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<(Lease, Loaded)>, mut permits: OwnedSemaphorePermit) {
     for (lease, loaded) in leases {
-        let Some(permit) = permits.split(1) else {
-            // Never more entries than permits; if Redis returned more, the rest wait for a
-            // reclaim after their lease.
-            return warn!(app = %s.app.name, "more entries than permits");
-        };
+        let permit = permits.split(1);
         let Some(stored) = usable(s, &lease, loaded).await else { continue };
         let s = s.clone();
         let in_flight = s.shared.drain.enter(Work::Attempt);
         let span = info_span!("delivery", app = %s.app.name, delivery = %lease.delivery, token = lease.token);
         tokio::spawn(
             async move {
+                let permit = match permit {
+                    Some(p) => p,
+                    None => tokio::select! {
+                        p = s.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+                        _ = keep_lease(&s, &lease) => return,
+                    },
+                };
                 run_attempt(&s, lease, stored, permit).await;
                 drop(in_flight);
             }

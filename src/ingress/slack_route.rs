@@ -231,6 +231,7 @@ impl Ingress {
             detail: &d.detail,
             response_url: d.response_url.as_deref().unwrap_or(""),
             conversation: &conversation,
+            carry: !app.turns.is_on(),
         };
         let earlier = self.earlier_shard(app, d, &plan, received_ms, deadline).await;
         let at = Shards { now: &keys, earlier: earlier.as_ref() };

@@ -91,6 +91,7 @@ impl Store {
             .key(&keys.wait)
             .key(keys.turns_waiting())
             .key(keys.superseded_count())
+            .key(keys.carry())
             .arg(GROUP)
             .arg(&keys.tag)
             .invoke_async(&mut self.conn.clone())
@@ -134,7 +135,7 @@ impl Store {
                 let entry: String = redis::from_redis_value_ref(&c[0])?;
                 let delivery: String = redis::from_redis_value_ref(&c[1])?;
                 let token: u64 = redis::from_redis_value_ref(&c[2])?;
-                Ok(Lease { entry, delivery, token })
+                Ok(Lease { entry, delivery, token, carried: false })
             })
             .collect::<Result<_, redis::RedisError>>()
             .map_err(StoreError::from)
@@ -178,20 +179,29 @@ impl Store {
     /// Drop the shard's acked entries still on the stream (those the batched completion left
     /// behind an entry that was pending then); returns how many went.
     pub async fn trim_acked(&self, keys: &ShardKeys) -> Result<u64, StoreError> {
-        Ok(self.trim_acked.key(&keys.stream).arg(GROUP).invoke_async(&mut self.conn.clone()).await?)
+        let mut trimmed = 0;
+        for stream in keys.streams() {
+            let n: u64 = self.trim_acked.key(stream).arg(GROUP).invoke_async(&mut self.conn.clone()).await?;
+            trimmed += n;
+        }
+        Ok(trimmed)
     }
 
     /// Remove the consumers of one shard's group that hold nothing and have not read for
     /// `idle` (gateway processes that are gone); never `me`.
     pub async fn remove_idle_consumers(&self, keys: &ShardKeys, idle: Duration, me: &str) -> Result<u64, StoreError> {
-        let n: u64 = self
-            .remove_idle_consumers
-            .key(&keys.stream)
-            .arg(GROUP)
-            .arg(idle.as_millis() as u64)
-            .arg(me)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(n)
+        let mut removed = 0;
+        for stream in keys.streams() {
+            let n: u64 = self
+                .remove_idle_consumers
+                .key(stream)
+                .arg(GROUP)
+                .arg(idle.as_millis() as u64)
+                .arg(me)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            removed += n;
+        }
+        Ok(removed)
     }
 }

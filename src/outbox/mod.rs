@@ -3,7 +3,9 @@
 //! and a dead-letter stream. Knows no HTTP and no workers.
 //!
 //! Keys of one shard share the hash tag `{prefix:app:shard}`:
-//! `…:r:<receipt>` receipt (value: delivery id) · `…:outbox` stream (`d` = delivery id) ·
+//! `…:r:<receipt>` receipt (value: delivery id) · `…:carry` stream of carried deliveries (an
+//! entry holds the delivery's fields, `d` its id: the common delivery, see `scripts::RECORD`) ·
+//! `…:outbox` stream of the others (`d` = delivery id, its fields in its hash) ·
 //! `…:d:<id>` delivery hash (body, content type, path, kind, received-at, retries) ·
 //! `…:sched` zset of due retries · `…:dead` dead-letter stream · `…:wait` the waiting
 //! deliveries off the stream or back on it, by received-at · `…:r:m:…:alt` the other copies of a claimed message.
@@ -47,6 +49,7 @@ pub const GROUP: &str = "slackgate";
 pub struct ShardKeys {
     tag: String,
     stream: String,
+    carry: String,
     sched: String,
     dead: String,
     wait: String,
@@ -57,6 +60,7 @@ impl ShardKeys {
         let tag = format!("{{{prefix}:{app}:{shard}}}");
         ShardKeys {
             stream: format!("{tag}:outbox"),
+            carry: format!("{tag}:carry"),
             sched: format!("{tag}:sched"),
             dead: format!("{tag}:dead"),
             wait: format!("{tag}:wait"),
@@ -67,6 +71,25 @@ impl ShardKeys {
     /// The shard's outbox stream (for tools and tests that look at it).
     pub fn stream(&self) -> &str {
         &self.stream
+    }
+
+    /// The shard's stream of carried deliveries (for tools and tests that look at it).
+    pub fn carry(&self) -> &str {
+        &self.carry
+    }
+
+    /// Both streams, the carrying one first.
+    pub fn streams(&self) -> [&str; 2] {
+        [&self.carry, &self.stream]
+    }
+
+    /// The stream a lease's entry is on.
+    pub fn stream_of(&self, lease: &Lease) -> &str {
+        if lease.carried {
+            &self.carry
+        } else {
+            &self.stream
+        }
     }
 
     /// The shard's dead-letter stream.
@@ -102,6 +125,7 @@ pub struct Store {
     waiters: Arc<[Conn]>,
     turn: Arc<AtomicUsize>,
     record: Script,
+    record_carried: Script,
     inline_finish: Script,
     extend: Script,
     finish: Script,
@@ -127,6 +151,7 @@ impl Store {
             waiters: Arc::new([]),
             turn: Arc::new(AtomicUsize::new(0)),
             record: Script::new(scripts::RECORD),
+            record_carried: Script::new(scripts::RECORD_CARRIED),
             inline_finish: Script::new(scripts::INLINE_FINISH),
             extend: Script::new(scripts::EXTEND),
             finish: Script::new(scripts::FINISH),
@@ -162,6 +187,11 @@ impl Store {
     /// The one round trip before the ack: claim the receipt and append to the outbox, or report
     /// a duplicate.
     pub async fn record(&self, keys: &ShardKeys, d: &NewDelivery<'_>) -> Result<Recorded, StoreError> {
+        if let (true, Placement::Stream, None, None, Some(receipt)) =
+            (d.carry, d.placement, d.claim, d.cancel, d.receipt)
+        {
+            return self.record_carried(keys, d, receipt).await;
+        }
         let hash = keys.delivery(d.id);
         let receipt = d.receipt.map(|r| keys.receipt(r));
         let claim = d.claim.map(|c| keys.receipt(c));
@@ -173,15 +203,16 @@ impl Store {
         };
         let replicated = matches!(self.durability, Durability::Replicated { .. });
         let mut eval = redis::cmd("EVALSHA");
-        eval.arg(self.record.get_hash()).arg(7);
+        eval.arg(self.record.get_hash()).arg(8);
         eval.arg(receipt.as_deref().unwrap_or(&hash)).arg(&keys.stream).arg(&hash).arg(&keys.sched);
         eval.arg(claim.as_deref().unwrap_or(&hash)).arg(cancel.as_deref().unwrap_or(&hash)).arg(&keys.wait);
+        eval.arg(&keys.carry);
         eval.arg(d.ttl.as_millis() as u64).arg(d.id).arg(d.body).arg(d.content_type).arg(d.path);
         eval.arg(d.kind.as_str()).arg(d.received_ms).arg(mode).arg(due);
         eval.arg(u8::from(claim.is_some())).arg(u8::from(cancel.is_some())).arg(&keys.tag).arg(GROUP);
         eval.arg(d.detail).arg(d.response_url).arg(u8::from(receipt.is_some())).arg(u8::from(replicated));
-        eval.arg(d.conversation);
-        let (status, id, cancelled) = self.record_call(eval).await?;
+        eval.arg(d.conversation).arg(u8::from(d.carry));
+        let (status, id, cancelled) = self.record_call(&self.record, eval).await?;
         Ok(match status {
             1 => Recorded::New { cancelled: cancelled == 1 },
             2 => Recorded::DuplicateMessage(id),
@@ -189,11 +220,32 @@ impl Store {
         })
     }
 
-    /// RECORD, loading the script where the node does not have it. With `replicated`, RECORD
+    /// The common record, in a script of its own (`RECORD_CARRIED`): a receipt claimed and the
+    /// delivery carried in its entry, nothing else to weigh (RECORD's other keys and arguments,
+    /// each a Lua string made per call, cost more than the two commands).
+    async fn record_carried(
+        &self,
+        keys: &ShardKeys,
+        d: &NewDelivery<'_>,
+        receipt: &str,
+    ) -> Result<Recorded, StoreError> {
+        let replicated = matches!(self.durability, Durability::Replicated { .. });
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(self.record_carried.get_hash()).arg(2).arg(keys.receipt(receipt)).arg(&keys.carry);
+        eval.arg(d.ttl.as_millis() as u64).arg(u8::from(replicated)).arg(d.id).arg(d.body).arg(d.content_type);
+        eval.arg(d.path).arg(d.kind.as_str()).arg(d.received_ms).arg(d.conversation).arg(d.detail).arg(d.response_url);
+        let (status, id, _) = self.record_call(&self.record_carried, eval).await?;
+        Ok(match status {
+            1 => Recorded::New { cancelled: false },
+            _ => Recorded::Duplicate(id),
+        })
+    }
+
+    /// A record's script (`script`), loading it where the node does not have it. With `replicated`, RECORD
     /// and `WAIT` go as one pipeline on one connection to one node, so the `WAIT` counts the
     /// replicas that have this very record — never another node's, whatever a failover or a
     /// reconnect does in between (then the pair fails or runs again as a whole).
-    async fn record_call(&self, eval: redis::Cmd) -> Result<(i64, String, i64), StoreError> {
+    async fn record_call(&self, script: &Script, eval: redis::Cmd) -> Result<(i64, String, i64), StoreError> {
         let mut conn = match self.waiters.len() {
             0 => self.conn.clone(),
             n => self.waiters[self.turn.fetch_add(1, Ordering::Relaxed) % n].clone(),
@@ -215,7 +267,7 @@ impl Store {
                 }
                 Ok((r, _)) => return Ok(r),
                 Err(e) if attempt == 0 && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    self.record.prepare_invoke().load_async(&mut conn).await?;
+                    script.prepare_invoke().load_async(&mut conn).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -246,18 +298,21 @@ impl Store {
     /// Create the consumer group if it is missing, reading from the start of the stream so
     /// entries appended before any worker ran are not skipped.
     pub async fn ensure_group(&self, keys: &ShardKeys) -> Result<(), StoreError> {
-        let r: Result<(), _> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(&keys.stream)
-            .arg(GROUP)
-            .arg("0")
-            .arg("MKSTREAM")
-            .query_async(&mut self.conn.clone())
-            .await;
-        match r {
-            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-            other => Ok(other?),
+        for stream in keys.streams() {
+            let r: Result<(), _> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(stream)
+                .arg(GROUP)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(&mut self.conn.clone())
+                .await;
+            match r {
+                Err(e) if e.code() == Some("BUSYGROUP") => {}
+                other => other?,
+            }
         }
+        Ok(())
     }
 
     /// Load a delivery's stored fields; `None` when it no longer exists.
@@ -283,16 +338,25 @@ impl Store {
         Ok(self.finish_in_turn(keys, consumer, lease, how, None).await? != Finished::Fenced)
     }
 
-    /// Fenced completion of several delivered entries of an app without turns, in one call:
-    /// `true` for each done, `false` for each whose lease another worker holds now.
+    /// Fenced completion of several delivered entries of an app without turns, all of one
+    /// stream, in one call: `true` for each done, `false` for each whose lease another worker
+    /// holds now.
     pub async fn finish_done_many(
         &self,
         keys: &ShardKeys,
         consumer: &str,
         entries: &[&Delivered],
     ) -> Result<Vec<bool>, StoreError> {
-        let mut invocation = self.finish_done_many.key(&keys.stream);
+        // One stream a call: the finisher splits a batch by stream.
+        let carried = entries.first().is_some_and(|d| d.lease.carried);
+        let stream = if carried { &keys.carry } else { &keys.stream };
+        let mut invocation = self.finish_done_many.key(stream);
         invocation.key(&keys.wait).arg(GROUP).arg(consumer).arg(&keys.tag).arg(crate::clock::now_ms());
+        invocation.arg(u8::from(carried));
+        // The batch's range of entry ids, for one range read of the pending list.
+        let ids = entries.iter().map(|d| (stream_id(&d.lease.entry), &d.lease.entry));
+        let (lo, hi) = (ids.clone().min(), ids.max());
+        invocation.arg(lo.map_or("0-0", |(_, id)| id.as_str())).arg(hi.map_or("0-0", |(_, id)| id.as_str()));
         for Delivered { lease, claim } in entries {
             invocation.arg(&lease.entry).arg(lease.token).arg(&lease.delivery).arg(claim);
         }
@@ -384,10 +448,16 @@ impl Store {
     }
 }
 
-/// A fenced script's invocation: the shard's stream as the first key, and the lease's fence
+/// A stream entry id (`ms-seq`) as numbers, to compare ids as Redis does (not as text).
+fn stream_id(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+/// A fenced script's invocation: the lease's stream as the first key, and the lease's fence
 /// (group, entry, consumer, token) as the first arguments; the caller adds the rest.
 fn fenced<'a>(script: &'a Script, keys: &ShardKeys, consumer: &str, lease: &Lease) -> redis::ScriptInvocation<'a> {
-    let mut invocation = script.key(&keys.stream);
+    let mut invocation = script.key(keys.stream_of(lease));
     invocation.arg(GROUP).arg(&lease.entry).arg(consumer).arg(lease.token);
     invocation
 }

@@ -74,6 +74,9 @@ pub struct NewDelivery<'a> {
     pub response_url: &'a str,
     /// The conversation its message belongs to, encoded (empty: none).
     pub conversation: &'a str,
+    /// Carried in its stream entry when it goes on the stream unclaimed (the app takes no
+    /// turns): see `scripts::RECORD`.
+    pub carry: bool,
 }
 
 /// Where a new delivery waits.
@@ -105,6 +108,8 @@ pub struct Lease {
     pub entry: String,
     pub delivery: String,
     pub token: u64,
+    /// On the carrying stream (its entry holds its fields) rather than the outbox stream.
+    pub carried: bool,
 }
 
 /// A delivery as stored, ready to send.

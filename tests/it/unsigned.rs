@@ -21,7 +21,11 @@ fn unsigned_form(path: &str, body: &str) -> Req {
 
 /// Keys a request may leave: the workers' outbox group and shard register, made at start.
 fn stored(redis: &RedisServer) -> Vec<String> {
-    redis.keys("*").into_iter().filter(|k| !k.ends_with(":outbox") && !k.ends_with(":shards")).collect()
+    redis
+        .keys("*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":outbox") && !k.ends_with(":carry") && !k.ends_with(":shards"))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -97,8 +97,8 @@ return 1
 "#
 );
 
-/// KEYS: outbox stream, delivery hash, schedule zset, dead-letter stream, waiting index.
-/// ARGV[5] mode (done | retry | dead), ARGV[6] delivery id, ARGV[7] due ms (retry) or now ms
+/// KEYS: the lease's stream (outbox or carrying), delivery hash, schedule zset, dead-letter
+/// stream, waiting index. ARGV[5] mode (done | retry | dead), ARGV[6] delivery id, ARGV[7] due ms (retry) or now ms
 /// (done, dead), ARGV[8] last status, ARGV[9] last error, ARGV[10] key tag (for the per-minute
 /// delivered counter that `slackgate stats` reads), ARGV[11] final (1: the bot refused it
 /// with a 4xx, so another copy of its message may be delivered instead). The app's turns:
@@ -110,9 +110,16 @@ return 1
 /// its delivery held (`how`: answer | refused); 0 when fenced out.
 pub const FINISH: &str = fenced!(with_turn_helpers!(with_done_helpers!(
     r#"
+local mode = ARGV[5]
+if mode ~= 'done' and redis.call('EXISTS', KEYS[2]) == 0 then
+  -- A carried delivery that waits off the stream from now on gets its hash, from its entry.
+  local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+  if #e > 0 and field(e[1][2], 'b') then
+    redis.call('HSET', KEYS[2], unpack(e[1][2]))
+  end
+end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-local mode = ARGV[5]
 local ended = nil
 if ARGV[12] ~= '' and ARGV[18] ~= '' then
   local tk = ARGV[10] .. ':tn:' .. ARGV[18]
@@ -172,28 +179,25 @@ return finished()
 /// one command for each step of the whole batch (the fences are one range read of the pending
 /// list, the acks one XACK, the records one DEL). The acked entries are not deleted one by one:
 /// the stream is trimmed up to the oldest entry still pending or unread (`trim_acked`).
-/// KEYS: outbox stream, waiting index. ARGV: group, consumer, key tag, now ms, then per entry
-/// its entry id, token, delivery id and message claim ('' when none, as loaded). Returns 1 (done)
-/// or 0 (fenced out) per entry, in order.
+/// KEYS: a stream (outbox or carrying), waiting index. ARGV: group, consumer, key tag, now ms,
+/// carried (1: the carrying stream's entries, which have no record and were never in the
+/// index), the batch's lowest and highest entry id, then per entry its entry id, token,
+/// delivery id and message claim ('' when none, as loaded). Returns 1 (done) or 0 (fenced out)
+/// per entry, in order.
 pub const FINISH_DONE_MANY: &str = with_claim_helpers!(with_done_helpers!(with_trim_helpers!(
     r#"
 local RANGE = 1000
-local lo, hi = ARGV[5], ARGV[5]
-for i = 5, #ARGV, 4 do
-  if id_less(ARGV[i], lo) then lo = ARGV[i] end
-  if id_less(hi, ARGV[i]) then hi = ARGV[i] end
-end
 -- This consumer's leases between the batch's first and last entry, with their counts.
 local held = {}
-local range = redis.call('XPENDING', KEYS[1], ARGV[1], lo, hi, RANGE, ARGV[2])
-for _, p in ipairs(range) do held[p[1]] = tonumber(p[4]) end
+local range = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[6], ARGV[7], RANGE, ARGV[2])
+for _, p in ipairs(range) do held[p[1]] = p[4] end
 local out, acked, records, ids = {}, {}, {}, {}
-for i = 5, #ARGV, 4 do
+for i = 8, #ARGV, 4 do
   local entry, token, id = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   local count = held[entry]
   if not count and #range >= RANGE then
     local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1, ARGV[2])
-    count = #p > 0 and tonumber(p[1][4]) or nil
+    count = #p > 0 and p[1][4] or nil
   end
   if count ~= token then
     out[#out + 1] = 0
@@ -207,10 +211,12 @@ for i = 5, #ARGV, 4 do
 end
 if #acked > 0 then
   redis.call('XACK', KEYS[1], ARGV[1], unpack(acked))
-  redis.call('DEL', unpack(records))
-  -- Out of the waiting index, whether it was there or not: one command a batch either way, and
-  -- right too for a delivery a version that indexed every delivery recorded.
-  redis.call('ZREM', KEYS[2], unpack(ids))
+  if ARGV[5] ~= '1' then
+    redis.call('DEL', unpack(records))
+    -- Out of the waiting index, whether it was there or not: one command a batch either way,
+    -- and right too for a delivery a version that indexed every delivery recorded.
+    redis.call('ZREM', KEYS[2], unpack(ids))
+  end
   count_delivered(ARGV[3], ARGV[4], #acked)
   trim_acked(KEYS[1], ARGV[1])
 end

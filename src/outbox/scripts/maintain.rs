@@ -17,42 +17,49 @@ return #due
 "#;
 
 /// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index, conversations with
-/// deliveries held for a turn (by how many), deliveries superseded (a counter). ARGV: group,
-/// key tag. Returns {ready, in flight, scheduled, dead, received-at ms of the oldest waiting
-/// delivery or '', held, conversations waiting, superseded}. Ready is the group's lag (Redis 7),
-/// or, where Redis cannot tell it, what is on the stream and not pending, which counts too the
-/// acked entries the trim has not reached yet (for at most a second). The stream is trimmed up
-/// to its oldest entry still pending or unread, so its first entry's id is when the oldest of
-/// those was recorded; the waiting index holds the others that wait. An index entry
-/// whose delivery is gone (finished by a version that indexed every delivery) is dropped here.
+/// deliveries held for a turn (by how many), deliveries superseded (a counter), carrying stream.
+/// ARGV: group, key tag. Returns {ready, in flight, scheduled, dead, received-at ms of the oldest
+/// waiting delivery or '', held, conversations waiting, superseded}. Ready is the group's lag
+/// on each stream (Redis 7), or, where Redis cannot tell it, what is on the stream and not
+/// pending, which counts too the acked entries the trim has not reached yet (for at most a
+/// second). A stream is trimmed up to its oldest entry still pending or unread, so its first
+/// entry's id is when the oldest of those was recorded; the waiting index holds the others that
+/// wait. An index entry whose delivery is gone (finished by a version that indexed every
+/// delivery) is dropped here.
 pub const STATS: &str = r#"
-local len = redis.call('XLEN', KEYS[1])
-local pending = 0
-local p = redis.pcall('XPENDING', KEYS[1], ARGV[1])
-if type(p) == 'table' and type(p[1]) == 'number' then pending = p[1] end
-local ready = len - pending
-local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
-if type(groups) == 'table' then
-  for _, g in ipairs(groups) do
-    local f = {}
-    for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
-    if f['name'] == ARGV[1] and type(f['lag']) == 'number' then ready = f['lag'] end
+local ready, pending, oldest = 0, 0, nil
+local function count(stream)
+  local len = redis.call('XLEN', stream)
+  local waiting = 0
+  local p = redis.pcall('XPENDING', stream, ARGV[1])
+  if type(p) == 'table' and type(p[1]) == 'number' then waiting = p[1] end
+  local lag = len - waiting
+  local groups = redis.pcall('XINFO', 'GROUPS', stream)
+  if type(groups) == 'table' then
+    for _, g in ipairs(groups) do
+      local f = {}
+      for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+      if f['name'] == ARGV[1] and type(f['lag']) == 'number' then lag = f['lag'] end
+    end
+  end
+  ready, pending = ready + lag, pending + waiting
+  local head = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
+  if #head > 0 then
+    local ms = tonumber(string.match(head[1][1], '^(%d+)'))
+    if ms and (not oldest or ms < oldest) then oldest = ms end
   end
 end
-local oldest = nil
+count(KEYS[1])
+count(KEYS[7])
 for _ = 1, 100 do
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   if #first == 0 then break end
   if redis.call('EXISTS', ARGV[2] .. ':d:' .. first[1]) == 1 then
-    oldest = tonumber(first[2])
+    local ms = tonumber(first[2])
+    if not oldest or ms < oldest then oldest = ms end
     break
   end
   redis.call('ZREM', KEYS[4], first[1])
-end
-local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-if #head > 0 then
-  local ms = tonumber(string.match(head[1][1], '^(%d+)'))
-  if ms and (not oldest or ms < oldest) then oldest = ms end
 end
 local held, conversations = 0, 0
 local waiting = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')

@@ -103,13 +103,22 @@ pub use turns::{TURN_DUE, TURN_WRITE};
 
 /// KEYS: receipt (or the delivery hash when there is none), outbox stream, delivery hash,
 /// schedule zset, message claim (or the hash), the claim of a message being deleted (or the
-/// hash), waiting index.
+/// hash), waiting index, carrying stream.
 /// ARGV: 1 receipt ttl ms, 2 delivery id, 3 body, 4 content type, 5 path, 6 kind, 7 received-at
 /// ms, 8 placement (stream | inline | discard: only the receipt and the cancellation), 9 inline
 /// due ms, 10 has claim (0/1), 11 has cancel (0/1), 12 key tag, 13 group, 14 detail,
 /// 15 response url, 16 has receipt (0/1), 17 replicated (0/1: a duplicate writes too, so that
 /// the `WAIT` after it covers the original record, whichever connection wrote that),
-/// 18 the conversation its message belongs to, encoded (empty: none; kept as `cv`).
+/// 18 the conversation its message belongs to, encoded (empty: none; kept as `cv`),
+/// 19 carry (0/1: the app takes no turns).
+///
+/// A delivery for the stream that claims no message, of an app without turns, is carried: its
+/// fields go in its entry on the carrying stream (`…:carry`) and it has no hash at all, so that
+/// the common delivery costs one XADD rather than an XADD, a hash written, read back and
+/// deleted (a hash whose body is over 64 bytes is a dict in Redis, not a listpack). Whatever
+/// waits off the stream later (a retry, a dead letter, a turn) gets its hash then, from the
+/// entry. Versions before carried entries never read the carrying stream, so during a rolling
+/// upgrade their workers leave these to the new ones.
 ///
 /// Returns {1, id, cancelled} when recorded, {0, original id, 0} for a retry of a known
 /// receipt, {2, holder id, 0} for another event of a message already claimed. An inline
@@ -200,6 +209,19 @@ end
 if ARGV[8] == 'discard' then
   return {1, ARGV[2], cancelled}
 end
+if ARGV[19] == '1' and ARGV[8] == 'stream' and ARGV[10] ~= '1' then
+  local fields = {'d', ARGV[2], 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6], 'rcv', ARGV[7], 'cv', ARGV[18]}
+  if ARGV[14] ~= '' then
+    fields[#fields + 1] = 'x'
+    fields[#fields + 1] = ARGV[14]
+  end
+  if ARGV[15] ~= '' then
+    fields[#fields + 1] = 'ru'
+    fields[#fields + 1] = ARGV[15]
+  end
+  redis.call('XADD', KEYS[8], '*', unpack(fields))
+  return {1, ARGV[2], cancelled}
+end
 local extra = {}
 if ARGV[10] == '1' then
   extra = {'mc', KEYS[5]}
@@ -216,6 +238,30 @@ store(KEYS[3], unpack(extra))
 return {1, ARGV[2], cancelled}
 "#
 ));
+
+/// RECORD's common case, alone: a delivery with a receipt, for the stream, claiming and
+/// cancelling no message, of an app without turns (carried).
+/// KEYS: receipt, carrying stream. ARGV: 1 receipt ttl ms, 2 replicated (0/1, as RECORD's 17),
+/// 3 delivery id, 4 body, 5 content type, 6 path, 7 kind, 8 received-at ms, 9 conversation,
+/// 10 detail, 11 response url (the last two left out of the entry when empty).
+/// Returns {1, id, 0} when recorded, {0, original id, 0} for a retry of a known receipt.
+pub const RECORD_CARRIED: &str = r#"
+if not redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', ARGV[1]) then
+  if ARGV[2] == '1' then
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+  end
+  return {0, redis.call('GET', KEYS[1]) or '', 0}
+end
+if ARGV[10] == '' and ARGV[11] == '' then
+  redis.call('XADD', KEYS[2], '*', 'd', ARGV[3], 'b', ARGV[4], 'ct', ARGV[5], 'p', ARGV[6], 'k', ARGV[7],
+    'rcv', ARGV[8], 'cv', ARGV[9])
+else
+  redis.call('XADD', KEYS[2], '*', 'd', ARGV[3], 'b', ARGV[4], 'ct', ARGV[5], 'p', ARGV[6], 'k', ARGV[7],
+    'rcv', ARGV[8], 'cv', ARGV[9], 'x', ARGV[10], 'ru', ARGV[11])
+end
+return {1, ARGV[3], 0}
+"#;
 
 /// KEYS: schedule zset, delivery hash, dead-letter stream, waiting index. ARGV: delivery id,
 /// mode (done | retry | dead), due ms (retry) or now ms (dead), last status, last error.

@@ -45,7 +45,7 @@ end
 return out
 "#;
 
-/// KEYS: outbox stream. ARGV: 1 group, 2 consumer, 3 most entries, 4 the app's turn timeout ms
+/// KEYS: a stream (outbox or carrying). ARGV: 1 group, 2 consumer, 3 most entries, 4 the app's turn timeout ms
 /// ('' when it takes none), 5 now ms, 6 key tag.
 ///
 /// Reads new entries for the consumer and loads each one's delivery in the same step (see
@@ -71,13 +71,13 @@ for _, e in ipairs(r[1][2]) do
   out[#out + 1] = e[1]
   out[#out + 1] = d
   out[#out + 1] = 1
-  out[#out + 1] = load_entry(ARGV[6], ARGV[1], e[1], d, now, timeout)
+  out[#out + 1] = load_entry(ARGV[6], ARGV[1], KEYS[1], e[1], e[2] or {}, d, now, timeout)
 end
 return out
 "#
 );
 
-/// KEYS: outbox stream. ARGV: 1 group, 2 consumer, 3 min idle ms, 4 max entries, 5 the app's
+/// KEYS: a stream (outbox or carrying). ARGV: 1 group, 2 consumer, 3 min idle ms, 4 max entries, 5 the app's
 /// turn timeout ms ('' when it takes none), 6 now ms, 7 key tag.
 /// Takes over entries whose lease ran out and loads each one's delivery in the same step, as
 /// `READ_LOADED` does; returns {entry, delivery, token, fields | 1, …}.
@@ -94,7 +94,7 @@ for _ = 1, 10 do
     out[#out + 1] = e[1]
     out[#out + 1] = d
     out[#out + 1] = p[1][4]
-    out[#out + 1] = load_entry(ARGV[7], ARGV[1], e[1], d, now, timeout)
+    out[#out + 1] = load_entry(ARGV[7], ARGV[1], KEYS[1], e[1], e[2] or {}, d, now, timeout)
   end
   cursor = r[1]
   if cursor == '0-0' or #out >= 4 * tonumber(ARGV[4]) then break end

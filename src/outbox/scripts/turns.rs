@@ -83,9 +83,10 @@ local function field(list, name)
   end
   return nil
 end
--- A leased delivery (its hash's fields) takes its conversation's turn, or waits for it off the
--- stream (in the waiting index, which then tells its age): false when it waits.
-local function begin_turn(tag, group, entry, id, hk, fields, now, timeout)
+-- A leased delivery (its fields) takes its conversation's turn, or waits for it off the
+-- stream (in the waiting index, which then tells its age): false when it waits. A carried
+-- delivery that waits gets its hash, from its entry's fields.
+local function begin_turn(tag, group, stream, entry, id, hk, fields, carried, now, timeout)
   local conv, ts = conv_of(field(fields, 'cv'))
   if not conv then return true end
   local tk = tag .. ':tn:' .. conv
@@ -95,8 +96,11 @@ local function begin_turn(tag, group, entry, id, hk, fields, now, timeout)
     turn_put(tk, {d = id, ts = ts, at = now}, timeout + 60000)
     return true
   end
-  redis.call('XACK', tag .. ':outbox', group, entry)
-  redis.call('XDEL', tag .. ':outbox', entry)
+  if carried then
+    redis.call('HSET', hk, unpack(fields))
+  end
+  redis.call('XACK', stream, group, entry)
+  redis.call('XDEL', stream, entry)
   redis.call('HSET', hk, 'hq', conv)
   redis.call('ZADD', tag .. ':wait', 'NX', field(fields, 'rcv') or now, id)
   redis.call('ZADD', tag .. ':tq:' .. conv, ts, id)
@@ -108,12 +112,17 @@ local function begin_turn(tag, group, entry, id, hk, fields, now, timeout)
   end
   return false
 end
--- A leased entry's delivery: its fields, an empty list when it is gone, or 1 when it was put
--- to wait for its conversation's turn (`timeout` nil: the app takes none).
-local function load_entry(tag, group, entry, id, now, timeout)
+-- A leased entry's delivery: its fields (a carried one's are its entry's, `efields`), an
+-- empty list when it is gone, or 1 when it was put to wait for its conversation's turn
+-- (`timeout` nil: the app takes none).
+local function load_entry(tag, group, stream, entry, efields, id, now, timeout)
   local hk = tag .. ':d:' .. id
-  local fields = redis.call('HGETALL', hk)
-  if timeout and #fields > 0 and not begin_turn(tag, group, entry, id, hk, fields, now, timeout) then
+  local carried = field(efields, 'b') ~= nil
+  local fields = efields
+  if not carried then
+    fields = redis.call('HGETALL', hk)
+  end
+  if timeout and #fields > 0 and not begin_turn(tag, group, stream, entry, id, hk, fields, carried, now, timeout) then
     return 1
   end
   return fields
