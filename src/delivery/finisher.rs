@@ -39,9 +39,9 @@ impl Finisher {
 async fn run(mut rx: mpsc::UnboundedReceiver<(Delivered, Answer)>, store: Store, keys: ShardKeys, consumer: String) {
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        // One call a stream: the carrying stream's entries, then the outbox stream's.
-        let (carried, others): (Vec<_>, Vec<_>) = batch.drain(..).partition(|(entry, _)| entry.lease.carried);
-        for part in [carried, others].into_iter().filter(|p| !p.is_empty()) {
+        // One call a stream (the live one; the stream of versions before, while it has entries).
+        let (legacy, live): (Vec<_>, Vec<_>) = batch.drain(..).partition(|(entry, _)| entry.lease.legacy);
+        for part in [live, legacy].into_iter().filter(|p| !p.is_empty()) {
             finish_part(&store, &keys, &consumer, part).await;
         }
     }

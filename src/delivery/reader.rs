@@ -24,6 +24,8 @@ const BATCH: usize = 64;
 const NO_BOT_POLL: Duration = Duration::from_millis(100);
 /// While yielding to acks with every allowed attempt running, look again this often.
 const YIELD_POLL: Duration = Duration::from_millis(10);
+/// The stream of versions before carried deliveries is read this often (see `legacy`).
+const LEGACY_POLL: Duration = Duration::from_millis(250);
 
 pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: watch::Receiver<bool>) {
     // A store of its own: a blocking XREADGROUP would stall a shared multiplexed connection.
@@ -37,6 +39,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
     let mut group_ready = false;
     let reclaim_every = (s.app.delivery.lease / 4).max(Duration::from_millis(250));
     let mut last_reclaim = tokio::time::Instant::now();
+    let mut last_legacy = tokio::time::Instant::now() - LEGACY_POLL;
     // With turns: the entry the next read waits to come after (see `read`).
     let mut after: Option<String> = None;
     let _running = s.shared.drain.enter(Work::Reader);
@@ -56,12 +59,13 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 Some(left) => left,
                 None => continue,
             };
-            if s.turns.is_some() {
-                permits = match carried_before_turns(&s, &reads, permits).await {
-                    Some(left) => left,
-                    None => continue,
-                };
-            }
+        }
+        if last_legacy.elapsed() >= LEGACY_POLL {
+            last_legacy = tokio::time::Instant::now();
+            permits = match legacy(&s, &reads, permits).await {
+                Some(left) => left,
+                None => continue,
+            };
         }
         let count = permits.num_permits();
         let read = async {
@@ -106,7 +110,7 @@ async fn read(
     after: &mut Option<String>,
 ) -> Result<Vec<(Lease, Loaded)>, outbox::StoreError> {
     if s.turns.is_none() {
-        return reads.read_then_load(&s.keys, &s.consumer, count, READ_BLOCK).await;
+        return reads.read_then_load(&s.keys, &s.consumer, count, READ_BLOCK, false).await;
     }
     if let Some(id) = after.take() {
         reads.wait_for_new(&s.keys, &id, READ_BLOCK).await?;
@@ -177,9 +181,9 @@ fn yield_for(allowed: usize, in_flight: usize, max: usize, pause: Duration) -> O
 /// Take over entries whose lease ran out, on both streams, as many as `permits` allow; returns
 /// the permits left for reading new entries (`None`: all were used).
 async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
-    for carried in [true, false] {
+    for legacy in [false, true] {
         let how = (s.app.delivery.lease, permits.num_permits());
-        match s.store.reclaim_loaded(&s.keys, &s.consumer, how, s.turns.as_ref(), carried).await {
+        match s.store.reclaim_loaded(&s.keys, &s.consumer, how, s.turns.as_ref(), legacy).await {
             Ok(leases) if !leases.is_empty() => {
                 info!(app = %s.app.name, count = leases.len(), "re-claimed expired leases");
                 permits = spawn_some(s, leases, permits).await?;
@@ -194,20 +198,21 @@ async fn reclaim(s: &Arc<Shard>, mut permits: OwnedSemaphorePermit) -> Option<Ow
     Some(permits)
 }
 
-/// What an app that takes turns finds on the carrying stream: deliveries recorded before it took
-/// them (the stream an app without turns is recorded on), each read in its turn like any other.
-async fn carried_before_turns(
-    s: &Arc<Shard>,
-    reads: &outbox::Store,
-    permits: OwnedSemaphorePermit,
-) -> Option<OwnedSemaphorePermit> {
+/// New entries on the stream of versions before carried deliveries (`…:outbox`): what a
+/// gateway of such a version recorded, or scheduled, during a rolling upgrade. Read without
+/// blocking, every [`LEGACY_POLL`], as the app reads its own stream; returns the permits left.
+async fn legacy(s: &Arc<Shard>, reads: &outbox::Store, permits: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
     let count = permits.num_permits();
-    match reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref(), true).await {
-        Ok(read) if !read.leased.is_empty() => spawn_some(s, read.leased, permits).await,
+    let read = match s.turns {
+        None => reads.read_then_load(&s.keys, &s.consumer, count, Duration::ZERO, true).await,
+        Some(_) => reads.read_loaded(&s.keys, &s.consumer, count, s.turns.as_ref(), true).await.map(|r| r.leased),
+    };
+    match read {
+        Ok(leased) if !leased.is_empty() => spawn_some(s, leased, permits).await,
         Ok(_) => Some(permits),
         Err(e) => {
             s.store_error(StoreOp::Read);
-            debug!(app = %s.app.name, error = %e, "cannot read the carrying stream");
+            debug!(app = %s.app.name, error = %e, "cannot read the stream of versions before");
             Some(permits)
         }
     }
@@ -225,25 +230,20 @@ async fn spawn_some(
 }
 
 /// One task per lease (its delivery loaded with it), each with one of `permits` (taken before
-/// the entries were read). A read of both streams can bring more entries than that: each of the
-/// rest waits for a slot of its own, its lease kept alive meanwhile, so the bot never has more
-/// than `max_in_flight` attempts at once.
+/// the entries were read).
 async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<(Lease, Loaded)>, mut permits: OwnedSemaphorePermit) {
     for (lease, loaded) in leases {
-        let permit = permits.split(1);
+        let Some(permit) = permits.split(1) else {
+            // Never more entries than permits; if Redis returned more, the rest wait for a
+            // reclaim after their lease.
+            return warn!(app = %s.app.name, "more entries than permits");
+        };
         let Some(stored) = usable(s, &lease, loaded).await else { continue };
         let s = s.clone();
         let in_flight = s.shared.drain.enter(Work::Attempt);
         let span = info_span!("delivery", app = %s.app.name, delivery = %lease.delivery, token = lease.token);
         tokio::spawn(
             async move {
-                let permit = match permit {
-                    Some(p) => p,
-                    None => tokio::select! {
-                        p = s.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
-                        _ = keep_lease(&s, &lease) => return,
-                    },
-                };
                 run_attempt(&s, lease, stored, permit).await;
                 drop(in_flight);
             }

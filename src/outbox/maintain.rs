@@ -91,7 +91,7 @@ impl Store {
             .key(&keys.wait)
             .key(keys.turns_waiting())
             .key(keys.superseded_count())
-            .key(keys.carry())
+            .key(keys.legacy())
             .arg(GROUP)
             .arg(&keys.tag)
             .invoke_async(&mut self.conn.clone())
@@ -135,7 +135,7 @@ impl Store {
                 let entry: String = redis::from_redis_value_ref(&c[0])?;
                 let delivery: String = redis::from_redis_value_ref(&c[1])?;
                 let token: u64 = redis::from_redis_value_ref(&c[2])?;
-                Ok(Lease { entry, delivery, token, carried: false })
+                Ok(Lease { entry, delivery, token, legacy: false })
             })
             .collect::<Result<_, redis::RedisError>>()
             .map_err(StoreError::from)

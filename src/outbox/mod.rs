@@ -3,9 +3,10 @@
 //! and a dead-letter stream. Knows no HTTP and no workers.
 //!
 //! Keys of one shard share the hash tag `{prefix:app:shard}`:
-//! `…:r:<receipt>` receipt (value: delivery id) · `…:carry` stream of carried deliveries (an
-//! entry holds the delivery's fields, `d` its id: the common delivery, see `scripts::RECORD`) ·
-//! `…:outbox` stream of the others (`d` = delivery id, its fields in its hash) ·
+//! `…:r:<receipt>` receipt (value: delivery id) · `…:stream` the outbox stream (`d` = delivery
+//! id; a carried delivery's entry holds its fields too, and it has no hash: the common delivery,
+//! see `scripts::RECORD`) · `…:outbox` the stream of versions before carried deliveries, still
+//! read until what they left there is delivered ·
 //! `…:d:<id>` delivery hash (body, content type, path, kind, received-at, retries) ·
 //! `…:sched` zset of due retries · `…:dead` dead-letter stream · `…:wait` the waiting
 //! deliveries off the stream or back on it, by received-at · `…:r:m:…:alt` the other copies of a claimed message.
@@ -49,7 +50,7 @@ pub const GROUP: &str = "slackgate";
 pub struct ShardKeys {
     tag: String,
     stream: String,
-    carry: String,
+    legacy: String,
     sched: String,
     dead: String,
     wait: String,
@@ -59,8 +60,8 @@ impl ShardKeys {
     pub fn new(prefix: &str, app: &str, shard: u16) -> Self {
         let tag = format!("{{{prefix}:{app}:{shard}}}");
         ShardKeys {
-            stream: format!("{tag}:outbox"),
-            carry: format!("{tag}:carry"),
+            stream: format!("{tag}:stream"),
+            legacy: format!("{tag}:outbox"),
             sched: format!("{tag}:sched"),
             dead: format!("{tag}:dead"),
             wait: format!("{tag}:wait"),
@@ -73,20 +74,25 @@ impl ShardKeys {
         &self.stream
     }
 
-    /// The shard's stream of carried deliveries (for tools and tests that look at it).
-    pub fn carry(&self) -> &str {
-        &self.carry
+    /// The stream versions before carried deliveries wrote (`…:outbox`): read until empty.
+    pub fn legacy(&self) -> &str {
+        &self.legacy
     }
 
-    /// Both streams, the carrying one first.
+    /// Both streams, the live one first.
     pub fn streams(&self) -> [&str; 2] {
-        [&self.carry, &self.stream]
+        [&self.stream, &self.legacy]
     }
 
     /// The stream a lease's entry is on.
     pub fn stream_of(&self, lease: &Lease) -> &str {
-        if lease.carried {
-            &self.carry
+        self.on(lease.legacy)
+    }
+
+    /// The live stream, or with `legacy` the stream of versions before.
+    pub fn on(&self, legacy: bool) -> &str {
+        if legacy {
+            &self.legacy
         } else {
             &self.stream
         }
@@ -206,7 +212,7 @@ impl Store {
         eval.arg(self.record.get_hash()).arg(8);
         eval.arg(receipt.as_deref().unwrap_or(&hash)).arg(&keys.stream).arg(&hash).arg(&keys.sched);
         eval.arg(claim.as_deref().unwrap_or(&hash)).arg(cancel.as_deref().unwrap_or(&hash)).arg(&keys.wait);
-        eval.arg(&keys.carry);
+        eval.arg(&keys.legacy);
         eval.arg(d.ttl.as_millis() as u64).arg(d.id).arg(d.body).arg(d.content_type).arg(d.path);
         eval.arg(d.kind.as_str()).arg(d.received_ms).arg(mode).arg(due);
         eval.arg(u8::from(claim.is_some())).arg(u8::from(cancel.is_some())).arg(&keys.tag).arg(GROUP);
@@ -231,7 +237,7 @@ impl Store {
     ) -> Result<Recorded, StoreError> {
         let replicated = matches!(self.durability, Durability::Replicated { .. });
         let mut eval = redis::cmd("EVALSHA");
-        eval.arg(self.record_carried.get_hash()).arg(2).arg(keys.receipt(receipt)).arg(&keys.carry);
+        eval.arg(self.record_carried.get_hash()).arg(2).arg(keys.receipt(receipt)).arg(&keys.stream);
         eval.arg(d.ttl.as_millis() as u64).arg(u8::from(replicated)).arg(d.id).arg(d.body).arg(d.content_type);
         eval.arg(d.path).arg(d.kind.as_str()).arg(d.received_ms).arg(d.conversation).arg(d.detail).arg(d.response_url);
         let (status, id, _) = self.record_call(&self.record_carried, eval).await?;
@@ -348,11 +354,9 @@ impl Store {
         entries: &[&Delivered],
     ) -> Result<Vec<bool>, StoreError> {
         // One stream a call: the finisher splits a batch by stream.
-        let carried = entries.first().is_some_and(|d| d.lease.carried);
-        let stream = if carried { &keys.carry } else { &keys.stream };
-        let mut invocation = self.finish_done_many.key(stream);
+        let legacy = entries.first().is_some_and(|d| d.lease.legacy);
+        let mut invocation = self.finish_done_many.key(keys.on(legacy));
         invocation.key(&keys.wait).arg(GROUP).arg(consumer).arg(&keys.tag).arg(crate::clock::now_ms());
-        invocation.arg(u8::from(carried));
         // The batch's range of entry ids, for one range read of the pending list.
         let ids = entries.iter().map(|d| (stream_id(&d.lease.entry), &d.lease.entry));
         let (lo, hi) = (ids.clone().min(), ids.max());

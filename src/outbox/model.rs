@@ -74,8 +74,8 @@ pub struct NewDelivery<'a> {
     pub response_url: &'a str,
     /// The conversation its message belongs to, encoded (empty: none).
     pub conversation: &'a str,
-    /// Carried in its stream entry when it goes on the stream unclaimed (the app takes no
-    /// turns): see `scripts::RECORD`.
+    /// Carried in its stream entry when it goes on the stream claiming no message (the app
+    /// takes no turns): see `scripts::RECORD`.
     pub carry: bool,
 }
 
@@ -108,8 +108,8 @@ pub struct Lease {
     pub entry: String,
     pub delivery: String,
     pub token: u64,
-    /// On the carrying stream (its entry holds its fields) rather than the outbox stream.
-    pub carried: bool,
+    /// On the stream of versions before carried deliveries (`ShardKeys::legacy`).
+    pub legacy: bool,
 }
 
 /// A delivery as stored, ready to send.

@@ -37,20 +37,19 @@ impl Store {
     /// Read up to `count` new entries for `consumer` and load their deliveries in the same
     /// step, holding those whose conversation's turn another delivery has (`rules`): no entry
     /// is ever leased and left unloaded, or out of its turn, by a reader that dies. Nothing
-    /// new: the group's last delivered id, to [wait after](Store::wait_for_new). `carried`:
-    /// from the carrying stream (what was recorded there before the app took turns).
+    /// new: the group's last delivered id, to [wait after](Store::wait_for_new). `legacy`: on
+    /// the stream of versions before carried deliveries.
     pub async fn read_loaded(
         &self,
         keys: &ShardKeys,
         consumer: &str,
         count: usize,
         rules: Option<&TurnRules>,
-        carried: bool,
+        legacy: bool,
     ) -> Result<Read, StoreError> {
-        let stream = if carried { keys.carry() } else { keys.stream() };
         let flat: Vec<Value> = self
             .read_loaded
-            .key(stream)
+            .key(keys.on(legacy))
             .arg(GROUP)
             .arg(consumer)
             .arg(count)
@@ -63,10 +62,10 @@ impl Store {
             let last: String = redis::from_redis_value_ref(last).map_err(|e| StoreError::Protocol(e.to_string()))?;
             return Ok(Read { leased: Vec::new(), last_delivered: last });
         }
-        Ok(Read { leased: leased(flat, carried)?, last_delivered: String::new() })
+        Ok(Read { leased: leased(flat, legacy)?, last_delivered: String::new() })
     }
 
-    /// Take over entries of one stream (`carried`: the carrying one) idle longer than `lease`
+    /// Take over entries of one stream (`legacy`: that of versions before) idle longer than `lease`
     /// and load their deliveries in the same step (see [`Store::read_loaded`]).
     pub async fn reclaim_loaded(
         &self,
@@ -74,12 +73,11 @@ impl Store {
         consumer: &str,
         (lease, max): (Duration, usize),
         rules: Option<&TurnRules>,
-        carried: bool,
+        legacy: bool,
     ) -> Result<Vec<(Lease, Loaded)>, StoreError> {
-        let stream = if carried { keys.carry() } else { keys.stream() };
         let flat: Vec<Value> = self
             .reclaim_loaded
-            .key(stream)
+            .key(keys.on(legacy))
             .arg(GROUP)
             .arg(consumer)
             .arg(lease.as_millis() as u64)
@@ -89,7 +87,7 @@ impl Store {
             .arg(&keys.tag)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        leased(flat, carried)
+        leased(flat, legacy)
     }
 
     /// Wait up to `block` for an entry after `after` (the group's last delivered id), on a
@@ -101,48 +99,47 @@ impl Store {
         Ok(())
     }
 
-    /// Read up to `count` new entries of each stream for `consumer` (so up to twice `count`),
-    /// blocking up to `block`, with their deliveries: a carried delivery's fields are its
-    /// entry's, and the others' hashes are loaded in one more round trip of `HGETALL`s. No script
-    /// on either step (a script's Lua turned each delivery's fields into Lua values and back:
-    /// more of Redis' work than the reads themselves). Nothing is fenced between the two steps:
-    /// the entries were handed to this consumer a round trip earlier, and an attempt is fenced
-    /// where it counts, at its finish. A reader that dies in between leaves its entries leased,
-    /// and they are re-claimed after the lease like any other. For an app that takes turns the
-    /// read and the load stay one step ([`Store::read_loaded`]). Call it on a store of its own
-    /// (a blocking read would stall every other command on a shared connection).
+    /// Read up to `count` new entries of one stream (`legacy`: that of versions before) for
+    /// `consumer`, blocking up to `block` (zero: not at all), with their deliveries: a carried
+    /// delivery's fields are its entry's, and the others' hashes are loaded in one more round
+    /// trip of `HGETALL`s. No script on either step (a script's Lua turned each delivery's
+    /// fields into Lua values and back: more of Redis' work than the reads themselves). Nothing
+    /// is fenced between the two steps: the entries were handed to this consumer a round trip
+    /// earlier, and an attempt is fenced where it counts, at its finish. A reader that dies in
+    /// between leaves its entries leased, and they are re-claimed after the lease like any
+    /// other. For an app that takes turns the read and the load stay one step
+    /// ([`Store::read_loaded`]). Call it on a store of its own (a blocking read would stall
+    /// every other command on a shared connection).
     pub async fn read_then_load(
         &self,
         keys: &ShardKeys,
         consumer: &str,
         count: usize,
         block: Duration,
+        legacy: bool,
     ) -> Result<Vec<(Lease, Loaded)>, StoreError> {
         let mut conn = self.conn.clone();
-        let opts = redis::streams::StreamReadOptions::default()
-            .group(GROUP, consumer)
-            .count(count)
-            .block(block.as_millis() as usize);
+        let mut opts = redis::streams::StreamReadOptions::default().group(GROUP, consumer).count(count);
+        if !block.is_zero() {
+            opts = opts.block(block.as_millis() as usize);
+        }
         let reply: Option<redis::streams::StreamReadReply> =
-            conn.xread_options(&keys.streams(), &[">", ">"], &opts).await?;
+            conn.xread_options(&[keys.on(legacy)], &[">"], &opts).await?;
         let mut out = Vec::new();
         let mut unloaded = Vec::new();
-        for stream in reply.map(|r| r.keys).unwrap_or_default() {
-            let carried = stream.key == keys.carry();
-            for e in stream.ids {
-                let fields = e.map.into_iter().filter_map(|(k, v)| match v {
-                    Value::BulkString(b) => Some((k, b)),
-                    _ => None,
-                });
-                let fields: HashMap<String, Vec<u8>> = fields.collect();
-                let delivery = fields.get("d").map(|d| String::from_utf8_lossy(d).into_owned()).unwrap_or_default();
-                // Fresh entries are handed out with a delivery count of 1.
-                let lease = Lease { entry: e.id, delivery, token: 1, carried };
-                if fields.contains_key("b") {
-                    out.push((lease, Loaded::Stored(Box::new(stored(&fields)))));
-                } else {
-                    unloaded.push(lease);
-                }
+        for e in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
+            let fields = e.map.into_iter().filter_map(|(k, v)| match v {
+                Value::BulkString(b) => Some((k, b)),
+                _ => None,
+            });
+            let fields: HashMap<String, Vec<u8>> = fields.collect();
+            let delivery = fields.get("d").map(|d| String::from_utf8_lossy(d).into_owned()).unwrap_or_default();
+            // Fresh entries are handed out with a delivery count of 1.
+            let lease = Lease { entry: e.id, delivery, token: 1, legacy };
+            if fields.contains_key("b") {
+                out.push((lease, Loaded::Stored(Box::new(stored(&fields)))));
+            } else {
+                unloaded.push(lease);
             }
         }
         if unloaded.is_empty() {
@@ -197,7 +194,7 @@ fn loaded(reply: Value) -> Result<Loaded, StoreError> {
 }
 
 /// `{entry, delivery, token, load, …}` as leases with their loads.
-fn leased(flat: Vec<Value>, carried: bool) -> Result<Vec<(Lease, Loaded)>, StoreError> {
+fn leased(flat: Vec<Value>, legacy: bool) -> Result<Vec<(Lease, Loaded)>, StoreError> {
     if flat.len() % 4 != 0 {
         return Err(StoreError::Protocol(format!("{} values for leases of four", flat.len())));
     }
@@ -211,7 +208,7 @@ fn leased(flat: Vec<Value>, carried: bool) -> Result<Vec<(Lease, Loaded)>, Store
             entry: redis::from_redis_value(entry).map_err(bad)?,
             delivery: redis::from_redis_value(delivery).map_err(bad)?,
             token: redis::from_redis_value(token).map_err(bad)?,
-            carried,
+            legacy,
         };
         out.push((lease, loaded(load)?));
     }
@@ -236,7 +233,7 @@ pub async fn read_new(
         for e in key.ids {
             let delivery: String = e.get("d").unwrap_or_default();
             // Fresh entries are handed out with a delivery count of 1.
-            out.push(Lease { entry: e.id, delivery, token: 1, carried: false });
+            out.push(Lease { entry: e.id, delivery, token: 1, legacy: false });
         }
     }
     Ok(out)

@@ -96,7 +96,7 @@ async fn bad_input_gets_a_clear_status_and_changes_nothing() {
     gw.wait_idle().await;
     assert_eq!(bot.count(), 0, "nothing reaches the bot");
     // The streams and the shard register exist from the workers' start; they stay empty.
-    let streams = |k: &String| k.ends_with(":outbox") || k.ends_with(":carry");
+    let streams = |k: &String| k.ends_with(":outbox") || k.ends_with(":stream");
     let stored: Vec<String> = redis.keys("*").into_iter().filter(|k| !streams(k) && !k.ends_with(":shards")).collect();
     assert!(stored.is_empty(), "nothing stored, found {stored:?}");
     for k in redis.keys("*").into_iter().filter(streams) {
@@ -231,7 +231,7 @@ async fn ten_thousand_bad_requests_get_4xx_store_nothing_and_forward_nothing() {
     gw.wait_idle().await;
     assert_eq!(bot.count(), 0, "nothing forwarded");
     // The streams and the shard register exist from the workers' start; they stay empty.
-    let streams = |k: &String| k.ends_with(":outbox") || k.ends_with(":carry");
+    let streams = |k: &String| k.ends_with(":outbox") || k.ends_with(":stream");
     let stored: Vec<String> = redis.keys("*").into_iter().filter(|k| !streams(k) && !k.ends_with(":shards")).collect();
     assert!(stored.is_empty(), "nothing stored: {stored:?}");
     for stream in redis.keys("*").into_iter().filter(streams) {

@@ -45,7 +45,7 @@ async fn three_gateways_on_a_cluster_deliver_each_event_once_from_every_master()
     let with_streams: BTreeSet<u16> = cluster
         .masters()
         .into_iter()
-        .filter(|m| !cluster.keys_on(*m, &format!("{{{}:bot:*}}:outbox", cfg.prefix)).is_empty())
+        .filter(|m| !cluster.keys_on(*m, &format!("{{{}:bot:*}}:stream", cfg.prefix)).is_empty())
         .collect();
     assert_eq!(with_streams.len(), 3, "6 shards spread over 3 masters: {with_streams:?}");
     for g in &gateways {
@@ -79,7 +79,7 @@ async fn failover_run(name: &str, durability: &str) -> (usize, Vec<String>, Vec<
     let gateways = [Gateway::start(&cfg).await, Gateway::start(&cfg).await];
     let ports: Vec<u16> = gateways.iter().map(|g| g.port).collect();
     // The primary of shard 0 (of 6 shards, about one event in six goes there).
-    let victim = cluster.owner_of(&format!("{{{}:bot:0}}:outbox", cfg.prefix));
+    let victim = cluster.owner_of(&format!("{{{}:bot:0}}:stream", cfg.prefix));
     let replica = cluster.replica_of(victim);
     let owners: Vec<u16> = (0..6).map(|shard| cluster.owner_of(&format!("{{{}:bot:{shard}}}:x", cfg.prefix))).collect();
     let on_victim = |id: &String| owners[usize::from(event_shard(id, 6))] == victim;

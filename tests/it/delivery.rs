@@ -184,7 +184,7 @@ async fn kill_9_with_deliveries_in_flight_loses_nothing() {
     gw.restart().await;
     let all = || (0..N).all(|i| bot.count_body(&format!("EvKill{i:02}")) >= 1);
     assert!(eventually(Duration::from_secs(20), all).await, "every event delivered after the restart\n{}", gw.log());
-    let stream = format!("{{{prefix}:bot:0}}:outbox");
+    let stream = format!("{{{prefix}:bot:0}}:stream");
     assert!(eventually(Duration::from_secs(10), || redis.xlen(&stream) == 0).await, "outbox drained");
     assert!(redis.keys("*:d:*").is_empty());
 }
@@ -207,7 +207,7 @@ async fn readers_lease_no_more_entries_than_they_have_permits_for() {
         assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvPermit{i:02}")), SECRET)).await.0, 200);
     }
     let pending = |shard: u16| -> usize {
-        let stream = format!("{{{}:bot:{shard}}}:outbox", cfg.prefix);
+        let stream = format!("{{{}:bot:{shard}}}:stream", cfg.prefix);
         match redis::cmd("XPENDING").arg(&stream).arg("slackgate").query(&mut redis.conn()) {
             Ok(redis::Value::Array(v)) => redis::from_redis_value_ref::<usize>(&v[0]).unwrap_or(0),
             _ => 0, // no group yet

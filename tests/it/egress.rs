@@ -34,7 +34,7 @@ async fn reads_pass_through_untouched_and_touch_no_redis() {
         .redis
         .keys("*")
         .into_iter()
-        .filter(|k| !k.ends_with(":outbox") && !k.ends_with(":carry") && !k.ends_with(":shards"))
+        .filter(|k| !k.ends_with(":outbox") && !k.ends_with(":stream") && !k.ends_with(":shards"))
         .collect();
     assert!(touched.is_empty(), "no Redis on a read's path: {touched:?}");
 }

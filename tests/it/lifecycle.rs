@@ -21,7 +21,7 @@ async fn sigterm_lets_the_attempt_in_flight_finish_then_exits() {
     signal(gw.pid(), "TERM");
     assert!(gw.wait_exit(Duration::from_secs(5)).await, "exits within the grace period");
     assert!(redis.keys("*:d:*").is_empty(), "the attempt finished and was recorded before exit\n{}", gw.log());
-    assert!(redis.keys("*:outbox").iter().all(|k| redis.xlen(k) == 0));
+    assert!(redis.keys("*:stream").iter().chain(&redis.keys("*:outbox")).all(|k| redis.xlen(k) == 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,7 +24,7 @@ fn stored(redis: &RedisServer) -> Vec<String> {
     redis
         .keys("*")
         .into_iter()
-        .filter(|k| !k.ends_with(":outbox") && !k.ends_with(":carry") && !k.ends_with(":shards"))
+        .filter(|k| !k.ends_with(":outbox") && !k.ends_with(":stream") && !k.ends_with(":shards"))
         .collect()
 }
 

@@ -9,7 +9,7 @@ local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0
 for _, d in ipairs(due) do
   local hk = ARGV[3] .. ':d:' .. d
   if redis.call('EXISTS', hk) == 1 then
-    redis.call('HSET', hk, 'e', redis.call('XADD', KEYS[2], '*', 'd', d))
+    redis.call('HSET', hk, 'se', redis.call('XADD', KEYS[2], '*', 'd', d))
   end
   redis.call('ZREM', KEYS[1], d)
 end
@@ -17,7 +17,8 @@ return #due
 "#;
 
 /// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index, conversations with
-/// deliveries held for a turn (by how many), deliveries superseded (a counter), carrying stream.
+/// deliveries held for a turn (by how many), deliveries superseded (a counter), the stream of
+/// versions before carried deliveries.
 /// ARGV: group, key tag. Returns {ready, in flight, scheduled, dead, received-at ms of the oldest
 /// waiting delivery or '', held, conversations waiting, superseded}. Ready is the group's lag
 /// on each stream (Redis 7), or, where Redis cannot tell it, what is on the stream and not
@@ -85,7 +86,7 @@ if ARGV[2] == 'purge' then
   return 1
 end
 redis.call('HDEL', KEYS[3], 'de', 'fin')
-redis.call('HSET', KEYS[3], 'rcv', ARGV[3], 'e', redis.call('XADD', KEYS[2], '*', 'd', ARGV[1]))
+redis.call('HSET', KEYS[3], 'rcv', ARGV[3], 'se', redis.call('XADD', KEYS[2], '*', 'd', ARGV[1]))
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
 return 1
 "#;

@@ -30,13 +30,13 @@ local function drop_alternates(claim, tag)
   end
   redis.call('DEL', claim .. ':alt')
 end
-local function promote_alternate(claim, tag, stream, wait)
+local function promote_alternate(claim, tag, wait)
   local alt = redis.call('LPOP', claim .. ':alt')
   while alt do
     local hk = tag .. ':d:' .. alt
     if redis.call('EXISTS', hk) == 1 then
       redis.call('PERSIST', hk)
-      redis.call('HSET', hk, 'e', redis.call('XADD', stream, '*', 'd', alt))
+      redis.call('HSET', hk, 'se', redis.call('XADD', tag .. ':stream', '*', 'd', alt))
       redis.call('ZADD', wait, redis.call('HGET', hk, 'rcv'), alt)
       redis.call('SET', claim, alt, 'XX', 'KEEPTTL')
       return
@@ -103,7 +103,7 @@ pub use turns::{TURN_DUE, TURN_WRITE};
 
 /// KEYS: receipt (or the delivery hash when there is none), outbox stream, delivery hash,
 /// schedule zset, message claim (or the hash), the claim of a message being deleted (or the
-/// hash), waiting index, carrying stream.
+/// hash), waiting index, the stream of versions before carried deliveries.
 /// ARGV: 1 receipt ttl ms, 2 delivery id, 3 body, 4 content type, 5 path, 6 kind, 7 received-at
 /// ms, 8 placement (stream | inline | discard: only the receipt and the cancellation), 9 inline
 /// due ms, 10 has claim (0/1), 11 has cancel (0/1), 12 key tag, 13 group, 14 detail,
@@ -113,12 +113,15 @@ pub use turns::{TURN_DUE, TURN_WRITE};
 /// 19 carry (0/1: the app takes no turns).
 ///
 /// A delivery for the stream that claims no message, of an app without turns, is carried: its
-/// fields go in its entry on the carrying stream (`…:carry`) and it has no hash at all, so that
-/// the common delivery costs one XADD rather than an XADD, a hash written, read back and
-/// deleted (a hash whose body is over 64 bytes is a dict in Redis, not a listpack). Whatever
-/// waits off the stream later (a retry, a dead letter, a turn) gets its hash then, from the
-/// entry. Versions before carried entries never read the carrying stream, so during a rolling
-/// upgrade their workers leave these to the new ones.
+/// fields go in its entry and it has no hash at all, so that the common delivery costs one XADD
+/// rather than an XADD and a hash written, read back and deleted (a hash whose body is over 64
+/// bytes is a dict in Redis, not a listpack). Whatever waits off the stream later (a retry, a
+/// dead letter, a turn) gets its hash then, from the entry.
+///
+/// The stream is `…:stream`; versions before carried deliveries wrote `…:outbox` (and a
+/// delivery's entry id as `e`, where this version writes `se`). Those versions never read
+/// `…:stream`, so during a rolling upgrade their workers cannot take a carried entry for a gone
+/// delivery; this version reads `…:outbox` too until it is empty.
 ///
 /// Returns {1, id, cancelled} when recorded, {0, original id, 0} for a retry of a known
 /// receipt, {2, holder id, 0} for another event of a message already claimed. An inline
@@ -172,11 +175,15 @@ if ARGV[11] == '1' then
     if redis.call('ZREM', KEYS[4], d) == 1 then
       cancelled = 1
     else
-      local e = redis.call('HGET', hk, 'e')
+      -- Its entry: on the stream (`se`), or on the stream of versions before (`e`).
+      local stream, e = KEYS[2], redis.call('HGET', hk, 'se')
+      if not e then
+        stream, e = KEYS[8], redis.call('HGET', hk, 'e')
+      end
       if e then
-        local p = redis.pcall('XPENDING', KEYS[2], ARGV[13], e, e, 1)
+        local p = redis.pcall('XPENDING', stream, ARGV[13], e, e, 1)
         local taken = type(p) == 'table' and #p > 0
-        if not taken and redis.call('XDEL', KEYS[2], e) == 1 then
+        if not taken and redis.call('XDEL', stream, e) == 1 then
           cancelled = 1
         end
       end
@@ -219,7 +226,7 @@ if ARGV[19] == '1' and ARGV[8] == 'stream' and ARGV[10] ~= '1' then
     fields[#fields + 1] = 'ru'
     fields[#fields + 1] = ARGV[15]
   end
-  redis.call('XADD', KEYS[8], '*', unpack(fields))
+  redis.call('XADD', KEYS[2], '*', unpack(fields))
   return {1, ARGV[2], cancelled}
 end
 local extra = {}
@@ -231,7 +238,7 @@ if ARGV[8] == 'inline' then
   redis.call('ZADD', KEYS[4], ARGV[9], ARGV[2])
   redis.call('ZADD', KEYS[7], ARGV[7], ARGV[2])
 else
-  extra[#extra + 1] = 'e'
+  extra[#extra + 1] = 'se'
   extra[#extra + 1] = redis.call('XADD', KEYS[2], '*', 'd', ARGV[2])
 end
 store(KEYS[3], unpack(extra))

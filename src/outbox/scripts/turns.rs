@@ -46,7 +46,7 @@ local function release(tag, conv, now, order, timeout)
         end
         redis.call('ZREMRANGEBYSCORE', qk, '-inf', '(' .. first[2])
       end
-      redis.call('HSET', hk, 'e', redis.call('XADD', tag .. ':outbox', '*', 'd', id))
+      redis.call('HSET', hk, 'se', redis.call('XADD', tag .. ':stream', '*', 'd', id))
       local left = redis.call('ZCARD', qk)
       if left == 0 then
         redis.call('ZREM', tag .. ':waiting', conv)
