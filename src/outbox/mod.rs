@@ -11,6 +11,7 @@
 //! `…:sched` zset of due retries · `…:dead` dead-letter stream · `…:wait` the waiting
 //! deliveries off the stream or back on it, by received-at · `…:r:m:…:alt` the other copies of a claimed message.
 
+mod carried;
 mod conversations;
 mod dead;
 mod lazy;
@@ -217,8 +218,8 @@ impl Store {
         eval.arg(d.kind.as_str()).arg(d.received_ms).arg(mode).arg(due);
         eval.arg(u8::from(claim.is_some())).arg(u8::from(cancel.is_some())).arg(&keys.tag).arg(GROUP);
         eval.arg(d.detail).arg(d.response_url).arg(u8::from(receipt.is_some())).arg(u8::from(replicated));
-        eval.arg(d.conversation).arg(u8::from(d.carry));
-        let (status, id, cancelled) = self.record_call(&self.record, eval).await?;
+        eval.arg(d.conversation);
+        let (status, id, cancelled): (i64, String, i64) = self.record_call(&self.record, eval).await?;
         Ok(match status {
             1 => Recorded::New { cancelled: cancelled == 1 },
             2 => Recorded::DuplicateMessage(id),
@@ -227,8 +228,8 @@ impl Store {
     }
 
     /// The common record, in a script of its own (`RECORD_CARRIED`): a receipt claimed and the
-    /// delivery carried in its entry, nothing else to weigh (RECORD's other keys and arguments,
-    /// each a Lua string made per call, cost more than the two commands).
+    /// delivery carried in its entry, its fields packed (RECORD's other keys and arguments, each
+    /// a Lua string made per call, cost more than its two commands).
     async fn record_carried(
         &self,
         keys: &ShardKeys,
@@ -238,12 +239,12 @@ impl Store {
         let replicated = matches!(self.durability, Durability::Replicated { .. });
         let mut eval = redis::cmd("EVALSHA");
         eval.arg(self.record_carried.get_hash()).arg(2).arg(keys.receipt(receipt)).arg(&keys.stream);
-        eval.arg(d.ttl.as_millis() as u64).arg(u8::from(replicated)).arg(d.id).arg(d.body).arg(d.content_type);
-        eval.arg(d.path).arg(d.kind.as_str()).arg(d.received_ms).arg(d.conversation).arg(d.detail).arg(d.response_url);
-        let (status, id, _) = self.record_call(&self.record_carried, eval).await?;
-        Ok(match status {
-            1 => Recorded::New { cancelled: false },
-            _ => Recorded::Duplicate(id),
+        eval.arg(d.ttl.as_millis() as u64).arg(u8::from(replicated)).arg(d.id).arg(carried::pack(d));
+        Ok(match self.record_call(&self.record_carried, eval).await? {
+            Value::Int(_) => Recorded::New { cancelled: false },
+            original => {
+                Recorded::Duplicate(redis::from_redis_value(original).map_err(|e| StoreError::Protocol(e.to_string()))?)
+            }
         })
     }
 
@@ -251,20 +252,18 @@ impl Store {
     /// and `WAIT` go as one pipeline on one connection to one node, so the `WAIT` counts the
     /// replicas that have this very record — never another node's, whatever a failover or a
     /// reconnect does in between (then the pair fails or runs again as a whole).
-    async fn record_call(&self, script: &Script, eval: redis::Cmd) -> Result<(i64, String, i64), StoreError> {
+    async fn record_call<T: redis::FromRedisValue>(&self, script: &Script, eval: redis::Cmd) -> Result<T, StoreError> {
         let mut conn = match self.waiters.len() {
             0 => self.conn.clone(),
             n => self.waiters[self.turn.fetch_add(1, Ordering::Relaxed) % n].clone(),
         };
         for attempt in 0..2 {
             let reply = match self.durability {
-                Durability::Local => eval.query_async::<(i64, String, i64)>(&mut conn).await.map(|r| (r, None)),
+                Durability::Local => eval.query_async::<T>(&mut conn).await.map(|r| (r, None)),
                 Durability::Replicated { replicas, timeout } => {
                     let mut pipe = redis::pipe();
                     pipe.add_command(eval.clone()).cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
-                    pipe.query_async::<((i64, String, i64), u32)>(&mut conn)
-                        .await
-                        .map(|(r, n)| (r, Some((n, replicas))))
+                    pipe.query_async::<(T, u32)>(&mut conn).await.map(|(r, n)| (r, Some((n, replicas))))
                 }
             };
             match reply {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, Value};
 
+use super::carried;
 use super::model::stored;
 use super::{Conn, Lease, Loaded, ShardKeys, Store, StoreError, TurnRules, GROUP};
 
@@ -123,23 +124,26 @@ impl Store {
         if !block.is_zero() {
             opts = opts.block(block.as_millis() as usize);
         }
-        let reply: Option<redis::streams::StreamReadReply> =
-            conn.xread_options(&[keys.on(legacy)], &[">"], &opts).await?;
+        let reply: Value = conn.xread_options(&[keys.on(legacy)], &[">"], &opts).await?;
         let mut out = Vec::new();
         let mut unloaded = Vec::new();
-        for e in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
-            let fields = e.map.into_iter().filter_map(|(k, v)| match v {
-                Value::BulkString(b) => Some((k, b)),
-                _ => None,
-            });
-            let fields: HashMap<String, Vec<u8>> = fields.collect();
-            let delivery = fields.get("d").map(|d| String::from_utf8_lossy(d).into_owned()).unwrap_or_default();
+        for (entry, fields) in entries(reply)? {
+            let (mut delivery, mut carried) = (String::new(), None);
+            for (name, value) in fields {
+                match name.as_slice() {
+                    b"d" => delivery = String::from_utf8_lossy(&value).into_owned(),
+                    b"c" => carried = Some(value),
+                    _ => {}
+                }
+            }
             // Fresh entries are handed out with a delivery count of 1.
-            let lease = Lease { entry: e.id, delivery, token: 1, legacy };
-            if fields.contains_key("b") {
-                out.push((lease, Loaded::Stored(Box::new(stored(&fields)))));
-            } else {
-                unloaded.push(lease);
+            let lease = Lease { entry, delivery, token: 1, legacy };
+            match carried {
+                Some(packed) => {
+                    let loaded = carried::unpack(packed).map_or(Loaded::Gone, |d| Loaded::Stored(Box::new(d)));
+                    out.push((lease, loaded));
+                }
+                None => unloaded.push(lease),
             }
         }
         if unloaded.is_empty() {
@@ -234,6 +238,47 @@ pub async fn read_new(
             let delivery: String = e.get("d").unwrap_or_default();
             // Fresh entries are handed out with a delivery count of 1.
             out.push(Lease { entry: e.id, delivery, token: 1, legacy: false });
+        }
+    }
+    Ok(out)
+}
+
+/// An entry's fields, name and value, in order.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A stream read's reply (one stream) as its entries: id and fields, taken apart as they come
+/// (no map of maps in between, and the packed fields moved, not copied).
+fn entries(reply: Value) -> Result<Vec<(String, Fields)>, StoreError> {
+    let bad = || StoreError::Protocol("a stream read's reply is not streams of entries".into());
+    let streams = match reply {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Array(streams) => streams.into_iter().map(|s| match s {
+            Value::Array(mut pair) if pair.len() == 2 => Ok(pair.swap_remove(1)),
+            _ => Err(bad()),
+        }),
+        _ => return Err(bad()),
+    };
+    let mut out = Vec::new();
+    for entries in streams {
+        let Value::Array(entries) = entries? else { return Err(bad()) };
+        for e in entries {
+            let Value::Array(mut e) = e else { return Err(bad()) };
+            let (Some(fields), Some(Value::BulkString(id))) = (e.pop(), e.pop()) else { return Err(bad()) };
+            let id = String::from_utf8(id).map_err(|_| bad())?;
+            let fields = match fields {
+                // An entry deleted while pending comes back without its fields.
+                Value::Nil => Vec::new(),
+                Value::Array(flat) => {
+                    let mut pairs = Vec::with_capacity(flat.len() / 2);
+                    let mut flat = flat.into_iter();
+                    while let (Some(Value::BulkString(k)), Some(Value::BulkString(v))) = (flat.next(), flat.next()) {
+                        pairs.push((k, v));
+                    }
+                    pairs
+                }
+                _ => return Err(bad()),
+            };
+            out.push((id, fields));
         }
     }
     Ok(out)

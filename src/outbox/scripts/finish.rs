@@ -114,8 +114,9 @@ local mode = ARGV[5]
 if mode ~= 'done' and redis.call('EXISTS', KEYS[2]) == 0 then
   -- A carried delivery that waits off the stream from now on gets its hash, from its entry.
   local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
-  if #e > 0 and field(e[1][2], 'b') then
-    redis.call('HSET', KEYS[2], unpack(e[1][2]))
+  local fields = #e > 0 and unpack_carried(e[1][2])
+  if fields then
+    redis.call('HSET', KEYS[2], unpack(fields))
   end
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])

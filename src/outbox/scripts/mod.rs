@@ -88,6 +88,37 @@ end
     };
 }
 
+/// A carried entry's fields (`{'d', id, 'c', packed}`) as its hash's would be, or `nil` for an
+/// entry that carries nothing. The packing is `outbox::carried`'s: each field as its length in
+/// decimal, `:`, and its bytes, in the order below.
+macro_rules! with_carried_helpers {
+    ($body:expr) => {
+        concat!(
+            r#"
+local CARRIED = {'ct', 'p', 'k', 'rcv', 'cv', 'x', 'ru', 'b'}
+local function unpack_carried(efields)
+  local id, c
+  for i = 1, #efields, 2 do
+    if efields[i] == 'd' then id = efields[i + 1] elseif efields[i] == 'c' then c = efields[i + 1] end
+  end
+  if not c then return nil end
+  local out, at = {'d', id or ''}, 1
+  for _, name in ipairs(CARRIED) do
+    local colon = string.find(c, ':', at, true)
+    if not colon then break end
+    local n = tonumber(string.sub(c, at, colon - 1)) or 0
+    out[#out + 1] = name
+    out[#out + 1] = string.sub(c, colon + 1, colon + n)
+    at = colon + n + 1
+  end
+  return out
+end
+"#,
+            $body
+        )
+    };
+}
+
 #[macro_use]
 mod turns;
 mod finish;
@@ -109,14 +140,9 @@ pub use turns::{TURN_DUE, TURN_WRITE};
 /// due ms, 10 has claim (0/1), 11 has cancel (0/1), 12 key tag, 13 group, 14 detail,
 /// 15 response url, 16 has receipt (0/1), 17 replicated (0/1: a duplicate writes too, so that
 /// the `WAIT` after it covers the original record, whichever connection wrote that),
-/// 18 the conversation its message belongs to, encoded (empty: none; kept as `cv`),
-/// 19 carry (0/1: the app takes no turns).
+/// 18 the conversation its message belongs to, encoded (empty: none; kept as `cv`).
 ///
-/// A delivery for the stream that claims no message, of an app without turns, is carried: its
-/// fields go in its entry and it has no hash at all, so that the common delivery costs one XADD
-/// rather than an XADD and a hash written, read back and deleted (a hash whose body is over 64
-/// bytes is a dict in Redis, not a listpack). Whatever waits off the stream later (a retry, a
-/// dead letter, a turn) gets its hash then, from the entry.
+/// The common delivery is recorded by `RECORD_CARRIED` instead, carried in its entry.
 ///
 /// The stream is `…:stream`; versions before carried deliveries wrote `…:outbox` (and a
 /// delivery's entry id as `e`, where this version writes `se`). Those versions never read
@@ -216,19 +242,6 @@ end
 if ARGV[8] == 'discard' then
   return {1, ARGV[2], cancelled}
 end
-if ARGV[19] == '1' and ARGV[8] == 'stream' and ARGV[10] ~= '1' then
-  local fields = {'d', ARGV[2], 'b', ARGV[3], 'ct', ARGV[4], 'p', ARGV[5], 'k', ARGV[6], 'rcv', ARGV[7], 'cv', ARGV[18]}
-  if ARGV[14] ~= '' then
-    fields[#fields + 1] = 'x'
-    fields[#fields + 1] = ARGV[14]
-  end
-  if ARGV[15] ~= '' then
-    fields[#fields + 1] = 'ru'
-    fields[#fields + 1] = ARGV[15]
-  end
-  redis.call('XADD', KEYS[2], '*', unpack(fields))
-  return {1, ARGV[2], cancelled}
-end
 local extra = {}
 if ARGV[10] == '1' then
   extra = {'mc', KEYS[5]}
@@ -247,27 +260,25 @@ return {1, ARGV[2], cancelled}
 ));
 
 /// RECORD's common case, alone: a delivery with a receipt, for the stream, claiming and
-/// cancelling no message, of an app without turns (carried).
-/// KEYS: receipt, carrying stream. ARGV: 1 receipt ttl ms, 2 replicated (0/1, as RECORD's 17),
-/// 3 delivery id, 4 body, 5 content type, 6 path, 7 kind, 8 received-at ms, 9 conversation,
-/// 10 detail, 11 response url (the last two left out of the entry when empty).
-/// Returns {1, id, 0} when recorded, {0, original id, 0} for a retry of a known receipt.
+/// cancelling no message, of an app without turns. It is carried: its entry holds all of it
+/// (`c`, its fields packed: see `outbox::carried`) and it has no hash, so that it costs one
+/// XADD rather than an XADD and a hash written, read back and deleted (a hash whose body is over
+/// 64 bytes is a dict in Redis, not a listpack), with as few strings as can be for Lua, the AOF
+/// and the reader to handle. Whatever waits off the stream later (a retry, a dead letter, a
+/// turn) gets its hash then, from the entry (`unpack_carried`).
+/// KEYS: receipt, stream. ARGV: 1 receipt ttl ms, 2 replicated (0/1, as RECORD's 17),
+/// 3 delivery id, 4 its fields, packed.
+/// Returns 1 when recorded, the original delivery's id for a retry of a known receipt.
 pub const RECORD_CARRIED: &str = r#"
 if not redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', ARGV[1]) then
   if ARGV[2] == '1' then
     local ttl = redis.call('PTTL', KEYS[1])
     if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
   end
-  return {0, redis.call('GET', KEYS[1]) or '', 0}
+  return redis.call('GET', KEYS[1]) or ''
 end
-if ARGV[10] == '' and ARGV[11] == '' then
-  redis.call('XADD', KEYS[2], '*', 'd', ARGV[3], 'b', ARGV[4], 'ct', ARGV[5], 'p', ARGV[6], 'k', ARGV[7],
-    'rcv', ARGV[8], 'cv', ARGV[9])
-else
-  redis.call('XADD', KEYS[2], '*', 'd', ARGV[3], 'b', ARGV[4], 'ct', ARGV[5], 'p', ARGV[6], 'k', ARGV[7],
-    'rcv', ARGV[8], 'cv', ARGV[9], 'x', ARGV[10], 'ru', ARGV[11])
-end
-return {1, ARGV[3], 0}
+redis.call('XADD', KEYS[2], '*', 'd', ARGV[3], 'c', ARGV[4])
+return 1
 "#;
 
 /// KEYS: schedule zset, delivery hash, dead-letter stream, waiting index. ARGV: delivery id,

@@ -6,7 +6,7 @@
 /// numbers (ms).
 macro_rules! with_turn_helpers {
     ($body:expr) => {
-        with_claim_helpers!(with_turn_codec!(concat!(
+        with_claim_helpers!(with_turn_codec!(with_carried_helpers!(concat!(
             r#"
 local function supersede(tag, id, by, now)
   local hk = tag .. ':d:' .. id
@@ -112,13 +112,13 @@ local function begin_turn(tag, group, stream, entry, id, hk, fields, carried, no
   end
   return false
 end
--- A leased entry's delivery: its fields (a carried one's are its entry's, `efields`), an
--- empty list when it is gone, or 1 when it was put to wait for its conversation's turn
--- (`timeout` nil: the app takes none).
+-- A leased entry's delivery: its fields (a carried one's from its entry, `efields`), an empty
+-- list when it is gone, or 1 when it was put to wait for its conversation's turn (`timeout`
+-- nil: the app takes none).
 local function load_entry(tag, group, stream, entry, efields, id, now, timeout)
   local hk = tag .. ':d:' .. id
-  local carried = field(efields, 'b') ~= nil
-  local fields = efields
+  local fields = unpack_carried(efields)
+  local carried = fields ~= nil
   if not carried then
     fields = redis.call('HGETALL', hk)
   end
@@ -136,7 +136,7 @@ local function entry_delivery(fields)
 end
 "#,
             $body
-        )))
+        ))))
     };
 }
 
