@@ -4,8 +4,11 @@
 
 use std::borrow::Cow;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+mod json;
 
 /// The kinds of delivery that are recorded and forwarded.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -165,18 +168,25 @@ fn parse_object(bytes: &[u8]) -> Result<Object, ClassifyError> {
 }
 
 fn classify_json(body: &[u8]) -> Result<Request, ClassifyError> {
-    let env = parse_object(body)?;
-    match text(&env, "type").unwrap_or("") {
-        "url_verification" => {
-            Ok(Request::UrlVerification { challenge: text(&env, "challenge").unwrap_or_default().to_string() })
-        }
+    // Checked first so that a huge array is refused without being parsed.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ClassifyError::NotObject);
+    }
+    // serde_json refuses more than 128 levels of nesting, so hostile depth cannot exhaust the
+    // stack; the body cap bounds the memory.
+    let keys = ["type", "challenge", "event_id", "team_id", "event_time", "authorizations", "event"];
+    let [kind, challenge, event_id, team_id, event_time, authorizations, event] =
+        json::pick_body(body, &keys).map_err(|_| ClassifyError::BadJson)?;
+    match json::string(kind).as_deref().unwrap_or("") {
+        "url_verification" => Ok(Request::UrlVerification { challenge: json::owned(challenge).unwrap_or_default() }),
         "app_rate_limited" => Ok(Request::RateLimited),
         "event_callback" => {
-            let receipt = match text(&env, "event_id") {
-                Some(id) if !id.is_empty() => Some(id_key('e', id)),
+            let receipt = match json::string(event_id) {
+                Some(id) if !id.is_empty() => Some(id_key('e', &id)),
                 _ => Some(body_key(body)),
             };
-            Ok(Request::Delivery(event_delivery(&env, receipt)))
+            let envelope = Envelope { team_id, event_time, authorizations, event };
+            Ok(Request::Delivery(event_delivery(&envelope, receipt)))
         }
         other => Ok(Request::Delivery(Delivery {
             kind: Kind::Opaque,
@@ -242,28 +252,82 @@ fn classify_form(body: &[u8]) -> Result<Request, ClassifyError> {
     }))
 }
 
+/// The fields of an `event_callback` envelope that classification reads (raw JSON).
+struct Envelope<'a> {
+    team_id: Option<&'a RawValue>,
+    event_time: Option<&'a RawValue>,
+    authorizations: Option<&'a RawValue>,
+    event: Option<&'a RawValue>,
+}
+
+/// The fields of an event that classification reads, by name.
+const EVENT_KEYS: [&str; 14] = [
+    "type",
+    "channel",
+    "item",
+    "user",
+    "team",
+    "subtype",
+    "text",
+    "channel_type",
+    "ts",
+    "thread_ts",
+    "bot_id",
+    "deleted_ts",
+    "message",
+    "previous_message",
+];
+
+/// An event's fields, in the order of [`EVENT_KEYS`].
+struct Event<'a>([Option<&'a RawValue>; 14]);
+
+impl<'a> Event<'a> {
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        EVENT_KEYS.iter().position(|k| *k == key).and_then(|i| self.0[i])
+    }
+
+    fn text(&self, key: &str) -> Option<Cow<'a, str>> {
+        json::string(self.get(key))
+    }
+
+    /// An inner message (`message`, `previous_message`): its ts, thread, author, bot and text.
+    fn inner(&self, key: &str) -> Option<Inner<'a>> {
+        json::pick(self.get(key)?.get(), &["ts", "thread_ts", "user", "bot_id", "text"]).map(Inner)
+    }
+}
+
+struct Inner<'a>([Option<&'a RawValue>; 5]);
+
+impl<'a> Inner<'a> {
+    fn text(&self, i: usize) -> Option<Cow<'a, str>> {
+        json::string(self.0[i])
+    }
+}
+
 /// An `event_callback`: its type, channel, bot users and, for messages, the message identity.
-fn event_delivery(env: &Object, receipt: Option<String>) -> Delivery {
-    let event = env.get("event").and_then(Value::as_object);
-    let field = |k: &str| event.and_then(|e| text(e, k)).map(String::from);
+fn event_delivery(env: &Envelope<'_>, receipt: Option<String>) -> Delivery {
+    let event = env.event.and_then(|e| json::pick(e.get(), &EVENT_KEYS)).map(Event);
+    let field = |k: &str| event.as_ref().and_then(|e| e.text(k)).map(Cow::into_owned);
     let detail = field("type").unwrap_or_default();
-    let channel =
-        field("channel").or_else(|| event.and_then(|e| e.get("item")?.get("channel")?.as_str()).map(String::from));
-    let bot_users: Vec<String> = env
-        .get("authorizations")
-        .and_then(Value::as_array)
+    let item_channel = || {
+        let item = event.as_ref()?.get("item")?;
+        let [channel] = json::pick(item.get(), &["channel"])?;
+        json::owned(channel)
+    };
+    let channel = field("channel").or_else(item_channel);
+    let bot_users: Vec<String> = json::elements(env.authorizations)
         .into_iter()
-        .flatten()
-        .filter(|a| a.get("is_bot").and_then(Value::as_bool) == Some(true))
-        .filter_map(|a| a.get("user_id")?.as_str().map(String::from))
+        .filter_map(|a| json::pick(a.get(), &["is_bot", "user_id"]))
+        .filter(|[is_bot, _]| json::boolean(*is_bot) == Some(true))
+        .filter_map(|[_, user_id]| json::owned(user_id))
         .collect();
-    let message = match (event, detail.as_str()) {
-        (Some(e), "message" | "app_mention") => message_of(env, e, &bot_users),
+    let team = json::owned(env.team_id);
+    let message = match (&event, detail.as_str()) {
+        (Some(e), "message" | "app_mention") => message_of(team.as_deref(), e, &bot_users),
         _ => None,
     };
-    let team = text(env, "team_id").map(String::from);
     let user = field("user").or_else(|| message.as_ref().and_then(|m| m.user.clone()));
-    let event_time = env.get("event_time").and_then(Value::as_u64);
+    let event_time = json::unsigned(env.event_time);
     Delivery {
         kind: Kind::Event,
         receipt,
@@ -278,39 +342,42 @@ fn event_delivery(env: &Object, receipt: Option<String>) -> Delivery {
     }
 }
 
-fn message_of(env: &Object, event: &Object, bot_users: &[String]) -> Option<Message> {
-    let team = text(event, "team").or_else(|| text(env, "team_id")).unwrap_or_default().to_string();
-    let channel = text(event, "channel")?.to_string();
-    let subtype = text(event, "subtype").map(String::from);
-    let mentions = |m: &Object| {
-        let t = text(m, "text").unwrap_or_default();
+fn message_of(team_id: Option<&str>, event: &Event<'_>, bot_users: &[String]) -> Option<Message> {
+    let owned = |v: Option<Cow<'_, str>>| v.map(Cow::into_owned);
+    let team = event.text("team").as_deref().or(team_id).unwrap_or_default().to_string();
+    let channel = event.text("channel")?.into_owned();
+    let subtype = owned(event.text("subtype"));
+    let mentions = |text: Option<Cow<'_, str>>| {
+        let t = text.unwrap_or_default();
         bot_users.iter().any(|u| t.contains(&format!("<@{u}>")))
     };
-    let inner = |k: &str| event.get(k).and_then(Value::as_object);
-    let direct = matches!(text(event, "channel_type"), Some("im" | "mpim")) || channel.starts_with('D');
+    let direct = matches!(event.text("channel_type").as_deref(), Some("im" | "mpim")) || channel.starts_with('D');
     let mut m = Message { team, channel, subtype: subtype.clone(), direct, ..Message::default() };
+    // An inner message's fields, by position: ts, thread_ts, user, bot_id, text.
+    let (ts, thread_ts, user, bot_id, text) = (0, 1, 2, 3, 4);
     match subtype.as_deref() {
         Some("message_changed") => {
-            let edited = inner("message")?;
-            m.ts = text(edited, "ts")?.to_string();
-            m.thread_ts = text(edited, "thread_ts").map(String::from);
-            m.edit_ts = text(event, "ts").map(String::from);
-            m.user = text(edited, "user").map(String::from);
-            m.bot_id = text(edited, "bot_id").map(String::from);
-            m.mentions_bot = mentions(edited);
-            m.previously_mentioned_bot = inner("previous_message").is_some_and(mentions);
+            let edited = event.inner("message")?;
+            m.ts = edited.text(ts)?.into_owned();
+            m.thread_ts = owned(edited.text(thread_ts));
+            m.edit_ts = owned(event.text("ts"));
+            m.user = owned(edited.text(user));
+            m.bot_id = owned(edited.text(bot_id));
+            m.mentions_bot = mentions(edited.text(text));
+            m.previously_mentioned_bot = event.inner("previous_message").is_some_and(|p| mentions(p.text(text)));
         }
         Some("message_deleted") => {
-            let previous = inner("previous_message");
-            m.ts = text(event, "deleted_ts").or(previous.and_then(|p| text(p, "ts")))?.to_string();
-            m.thread_ts = previous.and_then(|p| text(p, "thread_ts")).map(String::from);
+            let previous = event.inner("previous_message");
+            let deleted = event.text("deleted_ts").or_else(|| previous.as_ref().and_then(|p| p.text(ts)));
+            m.ts = deleted?.into_owned();
+            m.thread_ts = previous.and_then(|p| owned(p.text(thread_ts)));
         }
         _ => {
-            m.ts = text(event, "ts")?.to_string();
-            m.thread_ts = text(event, "thread_ts").map(String::from);
-            m.user = text(event, "user").map(String::from);
-            m.bot_id = text(event, "bot_id").map(String::from);
-            m.mentions_bot = mentions(event);
+            m.ts = event.text("ts")?.into_owned();
+            m.thread_ts = owned(event.text("thread_ts"));
+            m.user = owned(event.text("user"));
+            m.bot_id = owned(event.text("bot_id"));
+            m.mentions_bot = mentions(event.text("text"));
         }
     }
     Some(m)

@@ -386,4 +386,5 @@ fn receipt_prefixes_do_not_collide() {
     assert!(e.starts_with("e:") && t.starts_with("t:"));
 }
 
+mod oracle;
 mod robustness;
