@@ -251,6 +251,12 @@ async fn read_whole(resp: http::Response<hyper::body::Incoming>, limit: usize) -
     })
 }
 
+// The headers of a delivery, named once (names given as text are parsed on every request).
+const TIMESTAMP: http::HeaderName = http::HeaderName::from_static("x-slack-request-timestamp");
+const SIGNATURE: http::HeaderName = http::HeaderName::from_static("x-slack-signature");
+const DELIVERY: http::HeaderName = http::HeaderName::from_static("x-slackgate-delivery");
+const ATTEMPT: http::HeaderName = http::HeaderName::from_static("x-slackgate-attempt");
+
 /// The request Slack would have sent the bot, signed now.
 fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, SendError> {
     let path = req.upstream.path.as_deref().unwrap_or(req.path);
@@ -261,10 +267,10 @@ fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, Send
     http::Request::post(uri)
         .header(http::header::CONTENT_TYPE, req.content_type)
         .header(http::header::USER_AGENT, "Slackbot 1.0 (+https://api.slack.com/robots)")
-        .header("X-Slack-Request-Timestamp", ts)
-        .header("X-Slack-Signature", signature)
-        .header("X-Slackgate-Delivery", req.delivery_id)
-        .header("X-Slackgate-Attempt", req.attempt.to_string())
+        .header(TIMESTAMP, ts)
+        .header(SIGNATURE, signature)
+        .header(DELIVERY, req.delivery_id)
+        .header(ATTEMPT, req.attempt.to_string())
         .body(Full::new(req.body.clone()))
         .map_err(|e| SendError::Request(e.to_string()))
 }

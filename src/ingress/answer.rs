@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
+use http::HeaderName;
 use pingora::http::ResponseHeader;
 use pingora::prelude::*;
 use pingora::proxy::Session;
@@ -152,9 +153,21 @@ impl Answer {
     }
 }
 
+/// The headers the Slack routes read, named once (a name given as text is parsed and checked
+/// on every lookup).
+pub mod names {
+    use http::HeaderName;
+
+    pub const TIMESTAMP: HeaderName = HeaderName::from_static("x-slack-request-timestamp");
+    pub const SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
+    pub const RETRY_NUM: HeaderName = HeaderName::from_static("x-slack-retry-num");
+    pub const RETRY_REASON: HeaderName = HeaderName::from_static("x-slack-retry-reason");
+    pub const CONTENT_TYPE: HeaderName = http::header::CONTENT_TYPE;
+}
+
 /// A header's value when it occurs exactly once: two signatures or two timestamps are not
 /// something Slack sends, so neither is trusted.
-pub fn single_header<'a>(session: &'a Session, name: &str) -> Option<&'a [u8]> {
+pub fn single_header<'a>(session: &'a Session, name: &HeaderName) -> Option<&'a [u8]> {
     let mut values = session.req_header().headers.get_all(name).iter();
     match (values.next(), values.next()) {
         (Some(v), None) => Some(v.as_bytes()),

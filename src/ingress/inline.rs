@@ -33,7 +33,7 @@ use crate::upstream::{Response, UpstreamClient};
 pub struct InlineJob {
     pub app: Arc<AppConfig>,
     pub shared: Arc<Shared>,
-    pub keys: ShardKeys,
+    pub keys: Arc<ShardKeys>,
     pub store: Store,
     pub client: Arc<UpstreamClient>,
     pub id: String,

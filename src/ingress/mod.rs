@@ -44,7 +44,7 @@ use crate::config::{AppConfig, Config, RouteKind};
 use crate::drain::{InFlight, Work};
 use crate::live::Live;
 use crate::outbox::Endpoint;
-use crate::outbox::{self, LazyStore, Store};
+use crate::outbox::{self, LazyStore, ShardKeys, Store};
 use crate::shared::Shared;
 use crate::upstream::UpstreamClient;
 use admission::Admission;
@@ -60,6 +60,8 @@ pub struct Ingress {
     client: Arc<UpstreamClient>,
     /// Connected on first use, on this service's runtime, as durable as `[redis]` says.
     store: LazyStore,
+    /// Each app's shards' keys, by app (see `shard_keys`).
+    shard_keys: std::collections::HashMap<String, Vec<Arc<ShardKeys>>>,
     response_url_hosts: Arc<[String]>,
     /// With the egress on, how long deletions and edits are kept in the conversation records
     /// (the egress withholds stale replies by them).
@@ -139,8 +141,20 @@ impl Ingress {
         // A lane busy for half the budget without one record is a dead or frozen primary.
         let shard_gate = ShardGate::new(config.server.ack_budget / 2);
         let store = LazyStore::durable(&redis, config.server.ack_budget, config.redis.durability);
+        let prefix = &config.redis.key_prefix;
+        let shard_keys = config
+            .apps
+            .iter()
+            .map(|a| {
+                (
+                    a.name.clone(),
+                    (0..config.redis.shards).map(|i| Arc::new(ShardKeys::new(prefix, &a.name, i))).collect(),
+                )
+            })
+            .collect();
         Ingress {
             store,
+            shard_keys,
             unverified: budget::Budget::new(config.server.unverified_budget, m.overload.unverified_bytes.clone()),
             admission,
             shard_gate,
@@ -155,6 +169,15 @@ impl Ingress {
 
     fn store(&self) -> Result<&Store, outbox::StoreError> {
         self.store.get()
+    }
+
+    /// The keys of an app's shard: made once per app and shard (five strings a request
+    /// otherwise), or now for an app the config it started with did not have.
+    fn shard_keys(&self, app: &str, shard: u16) -> Arc<ShardKeys> {
+        match self.shard_keys.get(app).and_then(|keys| keys.get(usize::from(shard))) {
+            Some(keys) => keys.clone(),
+            None => Arc::new(ShardKeys::new(&self.config.redis.key_prefix, app, shard)),
+        }
     }
 
     /// Count one answered Slack route and write its audit line.

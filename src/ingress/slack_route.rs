@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use tokio::time::Instant;
 
 use super::admission::Shed;
-use super::answer::{read_body, single_header, Answer, BodyError, Outcome, RequestKind};
+use super::answer::{names, read_body, single_header, Answer, BodyError, Outcome, RequestKind};
 use super::budget::Held;
 use super::shard_gate::Ask;
 use super::{inline, plan, Audit, Ingress};
@@ -24,13 +24,13 @@ use crate::policy;
 use crate::slack::{self, Request, RetryReason};
 
 fn signature_headers(s: &Session) -> (Option<&[u8]>, Option<&[u8]>) {
-    (single_header(s, "x-slack-request-timestamp"), single_header(s, "x-slack-signature"))
+    (single_header(s, &names::TIMESTAMP), single_header(s, &names::SIGNATURE))
 }
 
 /// Where a delivery was recorded: its plan, its shard's keys and when it arrived.
 struct Placed {
     plan: plan::Plan,
-    keys: ShardKeys,
+    keys: Arc<ShardKeys>,
     received_ms: u64,
     /// The ack budget's end.
     deadline: Instant,
@@ -129,7 +129,7 @@ impl Ingress {
             audit.reason = e.to_string();
             Answer::refuse(401, Outcome::Unauthorized, "invalid signature\n")
         })?;
-        let content_type = single_header(session, "content-type").unwrap_or_default().to_vec();
+        let content_type = single_header(session, &names::CONTENT_TYPE).unwrap_or_default().to_vec();
         Ok((content_type, body))
     }
 
@@ -159,7 +159,7 @@ impl Ingress {
     async fn unsigned(&self, session: &mut Session, e: slack::VerifyError, audit: &mut Audit) -> Answer {
         let headers = &session.req_header().headers;
         let unsigned = !headers.contains_key("x-slack-signature") && !headers.contains_key("x-slack-request-timestamp");
-        let form = single_header(session, "content-type").is_some_and(slack::is_form);
+        let form = single_header(session, &names::CONTENT_TYPE).is_some_and(slack::is_form);
         if unsigned && form {
             let mut held = self.unverified.hold();
             let timeout = self.config.server.limits.body_timeout;
@@ -175,8 +175,8 @@ impl Ingress {
 
     /// Count and audit Slack's own redelivery headers.
     fn note_retry(&self, session: &Session, app: &AppConfig, audit: &mut Audit) {
-        let Some(num) = single_header(session, "x-slack-retry-num") else { return };
-        let reason = RetryReason::parse(single_header(session, "x-slack-retry-reason").unwrap_or_default());
+        let Some(num) = single_header(session, &names::RETRY_NUM) else { return };
+        let reason = RetryReason::parse(single_header(session, &names::RETRY_REASON).unwrap_or_default());
         self.shared.metrics.slack_retries.with_label_values(&[app.name.as_str(), reason.as_label()]).inc();
         audit.retry_num = slack::retry_num(num).map(|n| n.to_string()).unwrap_or_else(|| "?".into());
         audit.retry_reason = reason.as_label();
@@ -214,7 +214,7 @@ impl Ingress {
             return Answer::empty(200, kind, Outcome::Ignored);
         }
         audit.message_key = plan.claim.clone().or_else(|| plan.cancel.clone()).unwrap_or_default();
-        let keys = ShardKeys::new(&self.config.redis.key_prefix, &app.name, plan.shard);
+        let keys = self.shard_keys(&app.name, plan.shard);
         let conversation = plan.conversation.as_ref().map(slack::Conversation::encode).unwrap_or_default();
         let new = NewDelivery {
             id: &plan.id,

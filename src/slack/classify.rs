@@ -260,7 +260,7 @@ struct Envelope<'a> {
     event: Option<&'a RawValue>,
 }
 
-/// The fields of an event that classification reads, by name.
+/// The fields of an event that classification reads, by name; [`ev`] names their places.
 const EVENT_KEYS: [&str; 14] = [
     "type",
     "channel",
@@ -278,21 +278,35 @@ const EVENT_KEYS: [&str; 14] = [
     "previous_message",
 ];
 
+/// The places of [`EVENT_KEYS`].
+mod ev {
+    pub const TYPE: usize = 0;
+    pub const CHANNEL: usize = 1;
+    pub const ITEM: usize = 2;
+    pub const USER: usize = 3;
+    pub const TEAM: usize = 4;
+    pub const SUBTYPE: usize = 5;
+    pub const TEXT: usize = 6;
+    pub const CHANNEL_TYPE: usize = 7;
+    pub const TS: usize = 8;
+    pub const THREAD_TS: usize = 9;
+    pub const BOT_ID: usize = 10;
+    pub const DELETED_TS: usize = 11;
+    pub const MESSAGE: usize = 12;
+    pub const PREVIOUS_MESSAGE: usize = 13;
+}
+
 /// An event's fields, in the order of [`EVENT_KEYS`].
 struct Event<'a>([Option<&'a RawValue>; 14]);
 
 impl<'a> Event<'a> {
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        EVENT_KEYS.iter().position(|k| *k == key).and_then(|i| self.0[i])
-    }
-
-    fn text(&self, key: &str) -> Option<Cow<'a, str>> {
-        json::string(self.get(key))
+    fn text(&self, field: usize) -> Option<Cow<'a, str>> {
+        json::string(self.0[field])
     }
 
     /// An inner message (`message`, `previous_message`): its ts, thread, author, bot and text.
-    fn inner(&self, key: &str) -> Option<Inner<'a>> {
-        json::pick(self.get(key)?.get(), &["ts", "thread_ts", "user", "bot_id", "text"]).map(Inner)
+    fn inner(&self, field: usize) -> Option<Inner<'a>> {
+        json::pick(self.0[field]?.get(), &["ts", "thread_ts", "user", "bot_id", "text"]).map(Inner)
     }
 }
 
@@ -307,14 +321,14 @@ impl<'a> Inner<'a> {
 /// An `event_callback`: its type, channel, bot users and, for messages, the message identity.
 fn event_delivery(env: &Envelope<'_>, receipt: Option<String>) -> Delivery {
     let event = env.event.and_then(|e| json::pick(e.get(), &EVENT_KEYS)).map(Event);
-    let field = |k: &str| event.as_ref().and_then(|e| e.text(k)).map(Cow::into_owned);
-    let detail = field("type").unwrap_or_default();
+    let field = |k: usize| event.as_ref().and_then(|e| e.text(k)).map(Cow::into_owned);
+    let detail = field(ev::TYPE).unwrap_or_default();
     let item_channel = || {
-        let item = event.as_ref()?.get("item")?;
+        let item = event.as_ref()?.0[ev::ITEM]?;
         let [channel] = json::pick(item.get(), &["channel"])?;
         json::owned(channel)
     };
-    let channel = field("channel").or_else(item_channel);
+    let channel = field(ev::CHANNEL).or_else(item_channel);
     let bot_users: Vec<String> = json::elements(env.authorizations)
         .into_iter()
         .filter_map(|a| json::pick(a.get(), &["is_bot", "user_id"]))
@@ -326,7 +340,7 @@ fn event_delivery(env: &Envelope<'_>, receipt: Option<String>) -> Delivery {
         (Some(e), "message" | "app_mention") => message_of(team.as_deref(), e, &bot_users),
         _ => None,
     };
-    let user = field("user").or_else(|| message.as_ref().and_then(|m| m.user.clone()));
+    let user = field(ev::USER).or_else(|| message.as_ref().and_then(|m| m.user.clone()));
     let event_time = json::unsigned(env.event_time);
     Delivery {
         kind: Kind::Event,
@@ -344,40 +358,40 @@ fn event_delivery(env: &Envelope<'_>, receipt: Option<String>) -> Delivery {
 
 fn message_of(team_id: Option<&str>, event: &Event<'_>, bot_users: &[String]) -> Option<Message> {
     let owned = |v: Option<Cow<'_, str>>| v.map(Cow::into_owned);
-    let team = event.text("team").as_deref().or(team_id).unwrap_or_default().to_string();
-    let channel = event.text("channel")?.into_owned();
-    let subtype = owned(event.text("subtype"));
+    let team = event.text(ev::TEAM).as_deref().or(team_id).unwrap_or_default().to_string();
+    let channel = event.text(ev::CHANNEL)?.into_owned();
+    let subtype = owned(event.text(ev::SUBTYPE));
     let mentions = |text: Option<Cow<'_, str>>| {
         let t = text.unwrap_or_default();
         bot_users.iter().any(|u| t.contains(&format!("<@{u}>")))
     };
-    let direct = matches!(event.text("channel_type").as_deref(), Some("im" | "mpim")) || channel.starts_with('D');
+    let direct = matches!(event.text(ev::CHANNEL_TYPE).as_deref(), Some("im" | "mpim")) || channel.starts_with('D');
     let mut m = Message { team, channel, subtype: subtype.clone(), direct, ..Message::default() };
     // An inner message's fields, by position: ts, thread_ts, user, bot_id, text.
     let (ts, thread_ts, user, bot_id, text) = (0, 1, 2, 3, 4);
     match subtype.as_deref() {
         Some("message_changed") => {
-            let edited = event.inner("message")?;
+            let edited = event.inner(ev::MESSAGE)?;
             m.ts = edited.text(ts)?.into_owned();
             m.thread_ts = owned(edited.text(thread_ts));
-            m.edit_ts = owned(event.text("ts"));
+            m.edit_ts = owned(event.text(ev::TS));
             m.user = owned(edited.text(user));
             m.bot_id = owned(edited.text(bot_id));
             m.mentions_bot = mentions(edited.text(text));
-            m.previously_mentioned_bot = event.inner("previous_message").is_some_and(|p| mentions(p.text(text)));
+            m.previously_mentioned_bot = event.inner(ev::PREVIOUS_MESSAGE).is_some_and(|p| mentions(p.text(text)));
         }
         Some("message_deleted") => {
-            let previous = event.inner("previous_message");
-            let deleted = event.text("deleted_ts").or_else(|| previous.as_ref().and_then(|p| p.text(ts)));
+            let previous = event.inner(ev::PREVIOUS_MESSAGE);
+            let deleted = event.text(ev::DELETED_TS).or_else(|| previous.as_ref().and_then(|p| p.text(ts)));
             m.ts = deleted?.into_owned();
             m.thread_ts = previous.and_then(|p| owned(p.text(thread_ts)));
         }
         _ => {
-            m.ts = event.text("ts")?.into_owned();
-            m.thread_ts = owned(event.text("thread_ts"));
-            m.user = owned(event.text("user"));
-            m.bot_id = owned(event.text("bot_id"));
-            m.mentions_bot = mentions(event.text("text"));
+            m.ts = event.text(ev::TS)?.into_owned();
+            m.thread_ts = owned(event.text(ev::THREAD_TS));
+            m.user = owned(event.text(ev::USER));
+            m.bot_id = owned(event.text(ev::BOT_ID));
+            m.mentions_bot = mentions(event.text(ev::TEXT));
         }
     }
     Some(m)

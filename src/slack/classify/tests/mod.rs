@@ -388,3 +388,27 @@ fn receipt_prefixes_do_not_collide() {
 
 mod oracle;
 mod robustness;
+
+#[test]
+fn each_event_place_names_its_key() {
+    let places = [
+        (ev::TYPE, "type"),
+        (ev::CHANNEL, "channel"),
+        (ev::ITEM, "item"),
+        (ev::USER, "user"),
+        (ev::TEAM, "team"),
+        (ev::SUBTYPE, "subtype"),
+        (ev::TEXT, "text"),
+        (ev::CHANNEL_TYPE, "channel_type"),
+        (ev::TS, "ts"),
+        (ev::THREAD_TS, "thread_ts"),
+        (ev::BOT_ID, "bot_id"),
+        (ev::DELETED_TS, "deleted_ts"),
+        (ev::MESSAGE, "message"),
+        (ev::PREVIOUS_MESSAGE, "previous_message"),
+    ];
+    assert_eq!(places.len(), EVENT_KEYS.len());
+    for (i, key) in places {
+        assert_eq!(EVENT_KEYS[i], key);
+    }
+}
