@@ -37,9 +37,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
     let mut pause = Duration::from_millis(100);
     // The group is created once, and again after an error (a Redis that lost its data).
     let mut group_ready = false;
-    let reclaim_every = (s.app.delivery.lease / 4).max(Duration::from_millis(250));
-    let mut last_reclaim = tokio::time::Instant::now();
-    let mut last_legacy = tokio::time::Instant::now() - LEGACY_POLL;
+    let mut chores = Chores::new(&s);
     // With turns: the entry the next read waits to come after (see `read`).
     let mut after: Option<String> = None;
     let _running = s.shared.drain.enter(Work::Reader);
@@ -52,21 +50,8 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 _ = stop.changed() => break,
             }
         }
-        let Some(mut permits) = take_permits(&s, &mut stop).await else { break };
-        if last_reclaim.elapsed() >= reclaim_every {
-            last_reclaim = tokio::time::Instant::now();
-            permits = match reclaim(&s, permits).await {
-                Some(left) => left,
-                None => continue,
-            };
-        }
-        if last_legacy.elapsed() >= LEGACY_POLL {
-            last_legacy = tokio::time::Instant::now();
-            permits = match legacy(&s, &reads, permits).await {
-                Some(left) => left,
-                None => continue,
-            };
-        }
+        let Some(permits) = take_permits(&s, &mut stop).await else { break };
+        let Some(permits) = chores.run(&s, &reads, permits).await else { continue };
         let count = permits.num_permits();
         let read = async {
             if !group_ready {
@@ -93,6 +78,44 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
         }
+    }
+}
+
+/// What a reader does now and then before it reads: reclaim the leases that ran out, and read
+/// the stream of versions before (`legacy`).
+struct Chores {
+    reclaim_every: Duration,
+    last_reclaim: tokio::time::Instant,
+    last_legacy: tokio::time::Instant,
+}
+
+impl Chores {
+    fn new(s: &Shard) -> Self {
+        let now = tokio::time::Instant::now();
+        Chores {
+            reclaim_every: (s.app.delivery.lease / 4).max(Duration::from_millis(250)),
+            last_reclaim: now,
+            last_legacy: now - LEGACY_POLL,
+        }
+    }
+
+    /// The chores that are due, each given the permits the last left; `None` when they took
+    /// them all.
+    async fn run(
+        &mut self,
+        s: &Arc<Shard>,
+        reads: &outbox::Store,
+        mut permits: OwnedSemaphorePermit,
+    ) -> Option<OwnedSemaphorePermit> {
+        if self.last_reclaim.elapsed() >= self.reclaim_every {
+            self.last_reclaim = tokio::time::Instant::now();
+            permits = reclaim(s, permits).await?;
+        }
+        if self.last_legacy.elapsed() >= LEGACY_POLL {
+            self.last_legacy = tokio::time::Instant::now();
+            permits = legacy(s, reads, permits).await?;
+        }
+        Some(permits)
     }
 }
 
