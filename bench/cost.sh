@@ -4,7 +4,9 @@
 # every delivery is done (the outbox empty). Prints accepted/s, CPU µs per acked event of the gateway and of Redis
 # (from /proc), and Redis' `INFO commandstats` per acked event (calls and µs; commands run inside
 # scripts are counted too, and their µs are part of the EVALSHA's). `perf` as a third argument
-# also records a profile of the gateway to ./perf.data; `perf-redis`, of Redis to ./redis.perf.
+# also records a profile of the gateway to ./perf.data; `perf-redis`, of Redis to ./redis.perf;
+# `syscalls` counts the gateway's system calls per acked event (perf's tracepoints, in the
+# closed-loop phase).
 #
 #   bench/cost.sh [BINARY] [SECONDS] [perf|perf-redis]        defaults target/release/slackgate and 8
 # SERVER_LINES adds lines to the gateway's [server] (e.g. `threads = 1`), to weigh a setting.
@@ -43,6 +45,8 @@ redis-cli -p "$RP" CONFIG RESETSTAT >/dev/null
 G0=$(cpu $PID); R0=$(cpu $REDIS_PID)
 case "${3:-}" in
   perf) perf record -F 499 --call-graph dwarf,16384 -p "$PID" -o perf.data -- sleep "$SECS" >/dev/null 2>&1 & ;;
+  syscalls) perf stat -x, -o "$W/syscalls" -p "$PID" -e "$(printf 'syscalls:sys_enter_%s,' \
+    recvfrom sendto writev write read epoll_wait futex)raw_syscalls:sys_enter" -- sleep "$SECS" >/dev/null 2>&1 & ;;
   perf-redis) perf record -F 999 -g -p "$REDIS_PID" -o redis.perf -- sleep "$SECS" >/dev/null 2>&1 & ;;
 esac
 "$SIM" sim send --json --secret bench-secret --url "http://127.0.0.1:$GP/slack/events" --duration "$SECS" \
@@ -71,3 +75,10 @@ for name, calls, usec in sorted(rows, key=lambda r: -r[2]):
     print(f"  {name:<16} {calls / n:6.2f} calls  {usec / n:7.2f} µs per event  ({usec / max(calls, 1):.1f} µs per call)")
 PY
 if [ "${3:-}" = perf ]; then wait %?perf 2>/dev/null || sleep 1; fi
+if [ "${3:-}" = syscalls ]; then
+  wait %?perf 2>/dev/null || true
+  n=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["acked"])' "$W/out.json")
+  echo "gateway system calls per acked event (perf stat, the closed-loop phase):"
+  awk -F, -v n="$n" '$3 ~ /sys_enter/ { sub(/.*:sys_enter_?/, "", $3); printf "  %-16s %6.2f\n", ($3 == "" ? "all" : $3), $1 / n }' \
+    "$W/syscalls" | sort -k2 -nr
+fi
