@@ -19,6 +19,9 @@ use hyper_util::rt::TokioExecutor;
 use crate::config::{Secret, Upstream};
 use crate::slack;
 
+mod direct;
+use direct::Direct;
+
 /// Bodies the bot answers with are read up to this size (Slack's own reply limits are smaller).
 const MAX_RESPONSE_BODY: usize = 1 << 20;
 /// The longest `Retry-After` believed: a day. A peer asking for more (or sending more digits
@@ -133,7 +136,7 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 }
 
 pub struct UpstreamClient {
-    http: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: Client<hyper_rustls::HttpsConnector<Direct>, Full<Bytes>>,
     /// Bots (by upstream URL) whose last attempt got no answer at all: a bot going down or
     /// coming back is logged once, not once per attempt.
     unreachable: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -161,7 +164,7 @@ impl UpstreamClient {
                     .with_no_client_auth(),
             )
         });
-        let https = builder.https_or_http().enable_http1().wrap_connector(http);
+        let https = builder.https_or_http().enable_http1().wrap_connector(Direct(http));
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(POOL_IDLE).build(https);
         UpstreamClient { http, unreachable: Default::default() }
     }
