@@ -8,7 +8,7 @@
 # `syscalls` counts the gateway's system calls per acked event (perf's tracepoints, in the
 # closed-loop phase).
 #
-#   bench/cost.sh [BINARY] [SECONDS] [perf|perf-redis]        defaults target/release/slackgate and 8
+#   bench/cost.sh [BINARY] [SECONDS] [perf|perf-redis|syscalls]   defaults target/release/slackgate and 8
 # SERVER_LINES adds lines to the gateway's [server] (e.g. `threads = 1`), to weigh a setting.
 set -euo pipefail
 cd "$(dirname "$0")/.."
