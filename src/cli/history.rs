@@ -70,6 +70,9 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
             search: o.search.clone().unwrap_or_default(),
             never_answered: duration("never-answered", &o.never_answered)?,
         };
+        if !config.ui.keeps_history() {
+            anyhow::bail!("the delivery history is off ([ui] history = \"off\"): nothing is kept or shown");
+        }
         let page = query::list(&mut ops.conn(), &config.redis.key_prefix, &f, o.limit, config.ui.history_max).await?;
         if o.target.json {
             return print_json(&page);
@@ -117,6 +120,9 @@ pub fn show(o: &ShowOpts) -> anyhow::Result<()> {
             Some(a) => vec![ops.app(Some(a))?.name.clone()],
             None => config.apps.iter().map(|a| a.name.clone()).collect(),
         };
+        if !config.ui.keeps_history() {
+            anyhow::bail!("the delivery history is off ([ui] history = \"off\"): nothing is kept or shown");
+        }
         let mut found = None;
         for app in &apps {
             if let Some(d) = query::show(&mut ops.conn(), prefix, app, &o.delivery).await? {

@@ -38,7 +38,6 @@ pub fn line(note: &Note) -> String {
             conversation: &a.conversation,
             path: &a.path,
             content_type: &a.content_type,
-            body: a.body.as_deref().map(String::from_utf8_lossy),
         }),
         What::Absorbed { retry_num, retry_reason, outcome, ack_ms, via } => serde_json::to_string(&serde_json::json!({
             "what": "absorbed", "at": at, "retry_num": retry_num, "retry_reason": retry_reason,
@@ -110,11 +109,11 @@ struct ArrivedLine<'a> {
     conversation: &'a str,
     path: &'a str,
     content_type: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    body: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// A record read back: the summary fields, the body (when kept) and the timeline in order.
+/// The writer keeps an arrival's body in a key of its own (`…:b:<delivery>`); records
+/// written before that carry it in the arrival's line, and folding moves it out.
 pub struct Folded {
     pub fields: HashMap<String, String>,
     pub body: Option<String>,
@@ -278,10 +277,14 @@ mod tests {
         assert_eq!(f.fields["status"], "delivered");
         assert_eq!((f.fields["attempts"].as_str(), f.fields["received"].as_str()), ("2", "10"));
         assert_eq!((f.fields["channel"].as_str(), f.fields["delivered"].as_str()), ("C1", "30"));
-        assert_eq!(f.body.as_deref(), Some("{\"a\":1}"));
+        assert_eq!(f.body, None, "the body is kept apart from the lines");
+        assert!(!record.contains("{\\\"a\\\":1}"), "{record}");
+        let old = format!("{}\n", r#"{"what":"arrived","at":1,"outcome":"accepted","body":"{\"a\":1}"}"#);
+        let before = fold(&old).unwrap();
+        assert_eq!(before.body.as_deref(), Some("{\"a\":1}"), "a record of the version before");
+        assert!(before.timeline[0].get("body").is_none(), "the body is not a timeline entry");
         let whats: Vec<&str> = f.timeline.iter().map(|e| e["what"].as_str().unwrap()).collect();
         assert_eq!(whats, ["arrived", "attempt", "attempt"]);
-        assert!(f.timeline[0].get("body").is_none(), "the body is not a timeline entry");
         assert!(fold("not json\n").is_none());
     }
 

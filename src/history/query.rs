@@ -1,7 +1,8 @@
 //! Reading the history back, for the pages and the CLI: a filtered list, newest first; one
 //! delivery's timeline; the overview's minutes. A list scans each app's index newest first
-//! in chunks and filters the summaries in the gateway, so it never reads more than the
-//! history holds (`history_max` per app) and usually far less: it stops at a page.
+//! in chunks and filters the summaries folded from the timelines in the gateway, so it never
+//! reads more than the history holds (`history_max` per app), usually far less (it stops at a
+//! page), and never a body (bodies have keys of their own, read by [`show`] alone).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -136,7 +137,10 @@ async fn scan(
         }
         let records: Vec<Option<String>> = if ids.is_empty() { vec![] } else { p.query_async(conn).await? };
         for (id, record) in ids.iter().zip(records) {
-            let Some(folded) = record.as_deref().and_then(fold) else { continue };
+            // A record whose arrival was never noted (a full queue dropped it) is not listed.
+            let Some(folded) = record.as_deref().and_then(fold).filter(|f| f.fields.contains_key("received")) else {
+                continue;
+            };
             let s = Summary { app: app.to_string(), id: id.clone(), fields: folded.fields };
             if s.matches(f, now) {
                 found.push(s);
@@ -158,12 +162,19 @@ pub struct Detail {
     pub timeline: Vec<Value>,
 }
 
+/// One delivery: its timeline and, from its own key, its body.
 pub async fn show(conn: &mut Conn, prefix: &str, app: &str, id: &str) -> RedisResult<Option<Detail>> {
-    let record: Option<String> =
-        redis::cmd("GET").arg(format!("{}:t:{id}", tag(prefix, app))).query_async(conn).await?;
+    let tag = tag(prefix, app);
+    let (record, body): (Option<String>, Option<Vec<u8>>) = redis::pipe()
+        .cmd("GET")
+        .arg(format!("{tag}:t:{id}"))
+        .cmd("GET")
+        .arg(format!("{tag}:b:{id}"))
+        .query_async(conn)
+        .await?;
     Ok(record.as_deref().and_then(fold).map(|f| Detail {
         summary: Summary { app: app.to_string(), id: id.to_string(), fields: f.fields },
-        body: f.body,
+        body: body.map(|b| String::from_utf8_lossy(&b).into_owned()).or(f.body),
         timeline: f.timeline,
     }))
 }

@@ -60,16 +60,15 @@ impl BackgroundService for Writer {
             Err(e) => return warn!(error = %e, "the delivery history has no Redis connection; it stays empty"),
         };
         let mut tick = tokio::time::interval(TRIM_EVERY);
+        let mut started = false;
         let mut batch = Vec::with_capacity(BATCH);
         loop {
             tokio::select! {
                 n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
                 _ = tick.tick() => {
-                    let ui = self.ui();
-                    self.shared.history.set(ui.keeps_history(), ui.history_rate);
-                    if ui.keeps_history() {
-                        let apps: Vec<String> = self.live.get().config.apps.iter().map(|a| a.name.clone()).collect();
-                        self.trim(&mut conn, &apps, &ui).await;
+                    if let Err(e) = self.tend(&mut conn, &mut started).await {
+                        self.shared.metrics.history_errors.inc();
+                        tracing::debug!(error = %e, "cannot trim the delivery history");
                     }
                     continue;
                 }
@@ -96,27 +95,64 @@ impl BackgroundService for Writer {
 }
 
 impl Writer {
-    /// One window's notes, written per app; then each app trimmed.
+    /// One window's notes, written per app; then each app trimmed. Nothing is written once
+    /// the history is off (the notes queued before are dropped).
     async fn flush(&self, conn: &mut Conn, batch: &[Note]) {
         let ui = self.ui();
+        if !ui.keeps_history() {
+            return;
+        }
         let prefix = self.live.get().config.redis.key_prefix.clone();
         let mut apps = Vec::new();
         for (app, notes) in by_app(batch) {
-            if let Err(e) = write(conn, &tag(&prefix, app), &ui, &notes).await {
+            if let Err(e) = write(conn, &prefix, app, &ui, &notes).await {
                 self.shared.metrics.history_errors.inc();
                 tracing::debug!(error = %e, "cannot write the delivery history; this window is dropped");
             }
             apps.push(app.to_string());
         }
-        self.trim(conn, &apps, &ui).await;
-    }
-
-    async fn trim(&self, conn: &mut Conn, apps: &[String], ui: &UiConfig) {
-        let prefix = self.live.get().config.redis.key_prefix.clone();
-        if let Err(e) = trim_apps(conn, &prefix, apps, ui).await {
+        if let Err(e) = trim_apps(conn, &prefix, &apps, Keep::of(&ui)).await {
             self.shared.metrics.history_errors.inc();
             tracing::debug!(error = %e, "cannot trim the delivery history");
         }
+    }
+
+    /// Every few seconds: the on/off switch re-read (a reload may change it); with the history
+    /// on, every app that has one trimmed — the configured ones and those removed from the
+    /// config, which so empty within `[ui] history`; with it off, everything kept deleted. The
+    /// first time, keys written by versions before without an expiry get theirs.
+    async fn tend(&self, conn: &mut Conn, started: &mut bool) -> redis::RedisResult<()> {
+        let config = self.live.get().config.clone();
+        let ui = &config.ui;
+        let prefix = &config.redis.key_prefix;
+        self.shared.history.set(ui.keeps_history(), ui.history_rate);
+        let mut apps: Vec<String> = config.apps.iter().map(|a| a.name.clone()).collect();
+        let known: Vec<String> = redis::cmd("SMEMBERS").arg(registry(prefix)).query_async(conn).await?;
+        let removed: Vec<String> = known.into_iter().filter(|a| !apps.contains(a)).collect();
+        if !ui.keeps_history() {
+            // Purged on the first tick whatever the registry says (versions before kept none),
+            // then whenever something was written since.
+            let exists: bool = redis::cmd("EXISTS").arg(registry(prefix)).query_async(conn).await?;
+            if !*started || exists {
+                apps.extend(removed);
+                purge(conn, prefix, &apps).await?;
+            }
+            *started = true;
+            return Ok(());
+        }
+        if !*started {
+            expire_old(conn, prefix, &apps, ui).await?;
+            *started = true;
+        }
+        apps.extend(removed.iter().cloned());
+        trim_apps(conn, prefix, &apps, Keep::of(ui)).await?;
+        for app in &removed {
+            let left: bool = redis::cmd("EXISTS").arg(format!("{}:idx", tag(prefix, app))).query_async(conn).await?;
+            if !left {
+                let _: () = redis::cmd("SREM").arg(registry(prefix)).arg(app).query_async(conn).await?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -132,35 +168,54 @@ fn by_app(batch: &[Note]) -> Vec<(&str, Vec<&Note>)> {
     apps
 }
 
-/// One app's notes, as one pipeline: per delivery one `APPEND` of its new lines (and a
-/// `PEXPIRE` when its arrival is not among them); one `ZADD` of the arrivals; the minutes'
-/// counts.
-pub async fn write(conn: &mut Conn, tag: &str, ui: &UiConfig, notes: &[&Note]) -> redis::RedisResult<()> {
+/// One app's notes, as one pipeline: per delivery one `APPEND` of its new lines and a
+/// `PEXPIRE` (every key of the history expires with `[ui] history`, whatever else removes it),
+/// its body (when the batch has its arrival) as a key of its own, so that the list reads
+/// timelines and never bodies; one `ZADD` of the arrivals, and one `ZADD NX` of the deliveries
+/// whose arrival is not in this batch (every record is indexed, so the trim and `history =
+/// "off"` find it); the minutes' counts; and the app in the registry of apps with a history.
+pub async fn write(conn: &mut Conn, prefix: &str, app: &str, ui: &UiConfig, notes: &[&Note]) -> redis::RedisResult<()> {
     let (records, minutes) = fold(notes);
-    let mut p = redis::pipe();
+    let tag = tag(prefix, app);
+    let idx = format!("{tag}:idx");
     let ttl = ui.history.as_millis() as u64;
-    let mut index = redis::cmd("ZADD");
-    index.arg(format!("{tag}:idx"));
-    let mut indexed = false;
+    let mut p = redis::pipe();
+    let (mut arrivals, mut others) = (redis::cmd("ZADD"), redis::cmd("ZADD"));
+    arrivals.arg(&idx);
+    others.arg(&idx).arg("NX");
+    let (mut any_arrival, mut any_other) = (false, false);
     for (delivery, r) in &records {
         let key = format!("{tag}:t:{delivery}");
         p.cmd("APPEND").arg(&key).arg(&r.lines).ignore();
+        p.cmd("PEXPIRE").arg(&key).arg(ttl).ignore();
+        if let Some(body) = r.body {
+            p.cmd("SET").arg(format!("{tag}:b:{delivery}")).arg(body.as_ref()).arg("PX").arg(ttl).ignore();
+        }
         match r.arrived_ms {
-            // Indexed: the trim removes it (by age and by count).
             Some(ms) => {
-                index.arg(ms).arg(*delivery);
-                indexed = true;
+                arrivals.arg(ms).arg(*delivery);
+                any_arrival = true;
             }
-            // Not indexed here (a later step, or an arrival the full queue dropped): it must
-            // not outlive the history even if no index ever names it.
+            // A later step, or an arrival the full queue dropped: indexed at its first note's
+            // time until an arrival says when it came.
             None => {
-                p.cmd("PEXPIRE").arg(&key).arg(ttl).ignore();
+                others.arg(r.first_ms).arg(*delivery);
+                any_other = true;
             }
         }
     }
-    if indexed {
-        p.add_command(index).ignore();
+    if any_arrival {
+        p.add_command(arrivals).ignore();
     }
+    if any_other {
+        p.add_command(others).ignore();
+    }
+    if !records.is_empty() {
+        p.cmd("PEXPIRE").arg(&idx).arg(ttl).ignore();
+    }
+    let registry = registry(prefix);
+    p.cmd("SADD").arg(&registry).arg(app).ignore();
+    p.cmd("PEXPIRE").arg(&registry).arg(ttl.max(MINUTES_KEPT_SECS * 1000)).ignore();
     let mut touched: Vec<u64> = Vec::new();
     for ((minute, field), n) in &minutes {
         p.cmd("HINCRBY").arg(format!("{tag}:m:{minute}")).arg(*field).arg(*n).ignore();
@@ -174,18 +229,29 @@ pub async fn write(conn: &mut Conn, tag: &str, ui: &UiConfig, notes: &[&Note]) -
     p.query_async::<()>(conn).await
 }
 
+/// The set of apps that have a history (so that one removed from the config, or every one
+/// when the history is turned off, is still found and emptied). Its own hash tag: it is read
+/// and written by itself.
+pub fn registry(prefix: &str) -> String {
+    format!("{{{prefix}:h}}:apps")
+}
+
 /// What one batch appends to one delivery's record.
 #[derive(Debug, Default)]
-struct Lines {
+struct Lines<'a> {
     lines: String,
     /// The arrival's time, for the index.
     arrived_ms: Option<u64>,
+    /// The first note's time: the index's until an arrival is seen.
+    first_ms: u64,
+    /// The body the arrival kept, written apart from the lines.
+    body: Option<&'a bytes::Bytes>,
 }
 
 type Minutes<'a> = HashMap<(u64, &'a str), i64>;
 
 /// The notes' lines per delivery (in order of first note), and the minutes' counts.
-fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Lines)>, Minutes<'static>) {
+fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Lines<'a>)>, Minutes<'static>) {
     let mut records: Vec<(&str, Lines)> = Vec::new();
     let mut at: HashMap<&str, usize> = HashMap::new();
     let mut minutes: Minutes = HashMap::new();
@@ -198,13 +264,15 @@ fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Lines)>, Minutes<'static>) {
             continue;
         }
         let i = *at.entry(&n.delivery).or_insert_with(|| {
-            records.push((&n.delivery, Lines::default()));
+            records.push((&n.delivery, Lines { first_ms: n.at_ms, ..Lines::default() }));
             records.len() - 1
         });
         let r = &mut records[i].1;
         r.lines.push_str(&line(n));
-        if matches!(n.what, What::Arrived(_)) {
+        r.first_ms = r.first_ms.min(n.at_ms);
+        if let What::Arrived(a) = &n.what {
             r.arrived_ms = Some(n.at_ms);
+            r.body = a.body.as_ref().or(r.body);
         }
     }
     (records, minutes)
@@ -258,31 +326,64 @@ const WRITE_FIELDS: &[(&str, &str)] = &[
     ("from_record", "w:from_record"),
 ];
 
-/// Drop what is past `[ui] history`, then the oldest past `history_max`, with their hashes.
+/// Drop what is past `[ui] history`, then the oldest past `history_max`, with their records
+/// and bodies. An index left empty is gone with its last member.
 const TRIM: &str = r"
-local idx, hashes = KEYS[1], ARGV[1]
+local idx, records, bodies = KEYS[1], ARGV[1], ARGV[5]
 local limit = tonumber(ARGV[4])
 local n = 0
 local old = redis.call('ZRANGEBYSCORE', idx, '-inf', '(' .. ARGV[2], 'LIMIT', 0, limit)
 for _, id in ipairs(old) do
-  redis.call('UNLINK', hashes .. id)
+  redis.call('UNLINK', records .. id, bodies .. id)
   redis.call('ZREM', idx, id)
   n = n + 1
 end
 local over = redis.call('ZCARD', idx) - tonumber(ARGV[3])
 if over > 0 then
   local ids = redis.call('ZRANGE', idx, 0, math.min(over, limit) - 1)
-  for _, id in ipairs(ids) do redis.call('UNLINK', hashes .. id) end
+  for _, id in ipairs(ids) do redis.call('UNLINK', records .. id, bodies .. id) end
   redis.call('ZREMRANGEBYRANK', idx, 0, #ids - 1)
   n = n + #ids
 end
 return n
 ";
 
-/// Trim every app's history; how many deliveries went.
-pub async fn trim_apps(conn: &mut Conn, prefix: &str, apps: &[String], ui: &UiConfig) -> redis::RedisResult<u64> {
+/// Give every key of one app's history that has none an expiry: `[ui] history` past its
+/// arrival (records and bodies written before every key expired), `ARGV[3]` ids from rank
+/// `ARGV[2]`; how many ids it looked at.
+const EXPIRE_OLD: &str = r"
+local idx, records, bodies, ttl = KEYS[1], ARGV[1], ARGV[4], tonumber(ARGV[5])
+if redis.call('PTTL', idx) == -1 then redis.call('PEXPIRE', idx, ttl) end
+local ids = redis.call('ZRANGE', idx, tonumber(ARGV[2]), tonumber(ARGV[2]) + tonumber(ARGV[3]) - 1, 'WITHSCORES')
+for i = 1, #ids, 2 do
+  local at = tonumber(ids[i + 1]) + ttl
+  for _, key in ipairs({records .. ids[i], bodies .. ids[i]}) do
+    if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, at) end
+  end
+end
+return #ids / 2
+";
+
+/// What to keep of one app's history: everything since `oldest_ms`, at most `max` deliveries.
+#[derive(Debug, Clone, Copy)]
+pub struct Keep {
+    pub oldest_ms: u64,
+    pub max: usize,
+}
+
+impl Keep {
+    /// What `[ui]` keeps now.
+    pub fn of(ui: &UiConfig) -> Keep {
+        Keep { oldest_ms: now_ms().saturating_sub(ui.history.as_millis() as u64), max: ui.history_max }
+    }
+
+    /// Nothing (the history is off).
+    pub const NOTHING: Keep = Keep { oldest_ms: u64::MAX, max: 0 };
+}
+
+/// Trim every app's history to `keep`; how many deliveries went.
+pub async fn trim_apps(conn: &mut Conn, prefix: &str, apps: &[String], keep: Keep) -> redis::RedisResult<u64> {
     let script = Script::new(TRIM);
-    let oldest = now_ms().saturating_sub(ui.history.as_millis() as u64);
     let mut gone = 0;
     for app in apps {
         let tag = tag(prefix, app);
@@ -290,9 +391,10 @@ pub async fn trim_apps(conn: &mut Conn, prefix: &str, apps: &[String], ui: &UiCo
             let n: u64 = script
                 .key(format!("{tag}:idx"))
                 .arg(format!("{tag}:t:"))
-                .arg(oldest)
-                .arg(ui.history_max)
+                .arg(keep.oldest_ms)
+                .arg(keep.max)
                 .arg(TRIM_MAX)
+                .arg(format!("{tag}:b:"))
                 .invoke_async(conn)
                 .await?;
             gone += n;
@@ -302,6 +404,51 @@ pub async fn trim_apps(conn: &mut Conn, prefix: &str, apps: &[String], ui: &UiCo
         }
     }
     Ok(gone)
+}
+
+/// Every key of `apps`' histories gone (`history = "off"`): their deliveries, their indexes,
+/// the overview's minutes, and the registry.
+pub async fn purge(conn: &mut Conn, prefix: &str, apps: &[String]) -> redis::RedisResult<u64> {
+    let mut gone = 0;
+    for app in apps {
+        // An index holds at most `history_max` (and the trim takes TRIM_MAX a call), so a few
+        // calls empty it; one a tick more is harmless.
+        gone += trim_apps(conn, prefix, std::slice::from_ref(app), Keep::NOTHING).await?;
+        let tag = tag(prefix, app);
+        let now = now_ms() / 60_000;
+        let mut p = redis::pipe();
+        for m in now.saturating_sub(MINUTES_KEPT_SECS / 60)..=now + 1 {
+            p.cmd("UNLINK").arg(format!("{tag}:m:{m}")).ignore();
+        }
+        p.query_async::<()>(conn).await?;
+    }
+    let _: () = redis::cmd("UNLINK").arg(registry(prefix)).query_async(conn).await?;
+    Ok(gone)
+}
+
+/// Give the keys that versions before this one wrote without an expiry theirs.
+pub async fn expire_old(conn: &mut Conn, prefix: &str, apps: &[String], ui: &UiConfig) -> redis::RedisResult<()> {
+    let script = Script::new(EXPIRE_OLD);
+    for app in apps {
+        let tag = tag(prefix, app);
+        let mut from = 0;
+        loop {
+            let n: usize = script
+                .key(format!("{tag}:idx"))
+                .arg(format!("{tag}:t:"))
+                .arg(from)
+                .arg(TRIM_MAX)
+                .arg(format!("{tag}:b:"))
+                .arg(ui.history.as_millis() as u64)
+                .invoke_async(conn)
+                .await?;
+            from += n;
+            if n < TRIM_MAX {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -272,9 +272,13 @@ async fn deliveries(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> 
     let form = FormFilter::from_request(req);
     let f = filter_of(config, &form, crate::clock::now_ms())?;
     let limit = 50;
-    let page = query::list(&mut ctx.ops.conn(), &config.redis.key_prefix, &f, limit, config.ui.history_max)
-        .await
-        .map_err(Failure::redis)?;
+    // With the history off nothing kept is shown (the writer deletes it within seconds).
+    let page = match config.ui.keeps_history() {
+        true => query::list(&mut ctx.ops.conn(), &config.redis.key_prefix, &f, limit, config.ui.history_max)
+            .await
+            .map_err(Failure::redis)?,
+        false => query::Page::default(),
+    };
     let rows: Vec<Row> = page.rows.iter().map(Row::from).collect();
     let any_filter = form.any();
     if req.param("rows").is_some() {
@@ -333,7 +337,7 @@ struct DeliveryPage<'a> {
 
 async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failure> {
     let config = ctx.ops.config();
-    let found = match config.apps.iter().any(|a| a.name == app) {
+    let found = match config.ui.keeps_history() && config.apps.iter().any(|a| a.name == app) {
         true => query::show(&mut ctx.ops.conn(), &config.redis.key_prefix, app, id).await.map_err(Failure::redis)?,
         false => None,
     };

@@ -176,3 +176,144 @@ async fn past_history_rate_a_second_deliveries_are_counted_but_not_recorded() {
     let page = cli(&gw, &["deliveries", "--limit", "100"]);
     assert_eq!(page["rows"].as_array().unwrap().len(), kept);
 }
+
+/// Every key under the history's hash tags (`{<prefix>:h:<app>}…` and the registry
+/// `{<prefix>:h}:apps`) with its PTTL.
+fn history_keys(redis: &RedisServer, prefix: &str) -> Vec<(String, i64)> {
+    let mut keys = redis.keys(&format!("{{{prefix}:h:*"));
+    keys.extend(redis.keys(&format!("{{{prefix}:h}}*")));
+    keys.into_iter()
+        .map(|k| {
+            let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut redis.conn()).unwrap();
+            (k, ttl)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_history_key_expires_with_the_history_and_a_body_is_kept_apart() {
+    let s = setup("hexpire", "").await;
+    s.bot.set_default(Reply::status(200));
+    let ts = "1700000600.000100";
+    assert_eq!(send(s.gw.port, Req::signed("/slack/events", mention("EvTtl", ts, "C1"), SECRET)).await.0, 200);
+    let reply = call(s.gw.egress_port, "chat.postMessage", &format!("channel=C1&thread_ts={ts}&text=hi"), &[]).await;
+    assert!(reply.ok(), "{}", reply.body);
+    let id = delivery_of(&s.gw, "EvTtl").await;
+    shown_when(&s.gw, &id, |t| t.iter().any(|e| e["what"] == "wrote") && t.iter().any(|e| e["what"] == "attempt"))
+        .await;
+    // `setup` names the prefix: `thexpire<n>`.
+    let prefix = s.redis.keys("{thexpire*:h:*").first().map(|k| k[1..].split(':').next().unwrap().to_string()).unwrap();
+    let keys = history_keys(&s.redis, &prefix);
+    let day = 24 * 3600 * 1000;
+    for kind in [":idx", ":t:", ":b:", ":m:", "}:apps"] {
+        assert!(keys.iter().any(|(k, _)| k.contains(kind)), "a {kind} key: {keys:?}");
+    }
+    // The shipped default: `history = "24h"` (the minutes of the overview: two hours).
+    assert!(keys.iter().all(|(_, ttl)| *ttl > 0 && *ttl <= day), "every key expires within the history: {keys:?}");
+    let tag = format!("{{{prefix}:h:bot}}");
+    let record: String = redis::cmd("GET").arg(format!("{tag}:t:{id}")).query(&mut s.redis.conn()).unwrap();
+    assert!(
+        !record.contains("api_app_id") && !record.contains("secret question"),
+        "the timeline holds no body: {record}"
+    );
+    let body: String = redis::cmd("GET").arg(format!("{tag}:b:{id}")).query(&mut s.redis.conn()).unwrap();
+    assert!(body.contains("EvTtl"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_off_deletes_what_was_kept_and_shows_nothing() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let prefix = prefix("hoff");
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix, &bot.url());
+    let gw = Gateway::start(&cfg).await;
+    assert_eq!(send(gw.port, Req::signed("/slack/events", mention("EvOff", "1.1", "C1"), SECRET)).await.0, 200);
+    delivery_of(&gw, "EvOff").await;
+    assert!(!history_keys(&redis, &prefix).is_empty());
+
+    cfg.tail = "[ui]\nhistory = \"off\"\n".into();
+    gw.rewrite(&cfg);
+    gw.reload();
+    assert!(
+        eventually(Duration::from_secs(60), || history_keys(&redis, &prefix).is_empty()).await,
+        "deleted within a minute: {:?}",
+        history_keys(&redis, &prefix)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
+        .args(["deliveries", "--config"])
+        .arg(&gw.config_path)
+        .env("SG_TEST_SECRET", SECRET)
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("history is off"));
+    // And nothing more is written while it is off.
+    assert_eq!(send(gw.port, Req::signed("/slack/events", mention("EvOff2", "1.2", "C1"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(10), || bot.count_body("EvOff2") == 1).await);
+    let page = crate::ui::page(gw.admin_port, "/ui/deliveries", "", None).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("/ui/d/bot/"), "the pages show nothing kept: {}", page.body);
+    assert!(history_keys(&redis, &prefix).is_empty(), "{:?}", history_keys(&redis, &prefix));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_removed_from_the_config_has_its_history_trimmed_to_nothing() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let other = Receiver::start("the-other-apps-secret").await;
+    let prefix = prefix("hgone");
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix, &bot.url());
+    let second = format!(
+        "[[app]]\nname = \"second\"\nsigning_secret = \"${{SG_OTHER_SECRET}}\"\nupstream = \"{}\"\nevents_path = \"/second/events\"\ncommands_path = \"/second/events\"\ninteractivity_path = \"/second/events\"\n",
+        other.url()
+    );
+    cfg.tail = format!("[ui]\nhistory = \"4s\"\n{second}");
+    let gw = Gateway::start(&cfg).await;
+    let sent = Req::signed("/second/events", mention("EvGone", "2.1", "C1"), "the-other-apps-secret");
+    assert_eq!(send(gw.port, sent).await.0, 200);
+    let tag = format!("{{{prefix}:h:second}}");
+    assert!(eventually(Duration::from_secs(10), || !redis.keys(&format!("{tag}:t:*")).is_empty()).await);
+
+    cfg.tail = "[ui]\nhistory = \"4s\"\n".into();
+    gw.rewrite(&cfg);
+    gw.reload();
+    let left = || redis.keys(&format!("{tag}:*")).into_iter().filter(|k| !k.contains(":m:")).collect::<Vec<_>>();
+    assert!(eventually(Duration::from_secs(30), || left().is_empty()).await, "{:?}", left());
+    let registry = format!("{{{prefix}:h}}:apps");
+    let apps: Vec<String> = redis::cmd("SMEMBERS").arg(&registry).query(&mut redis.conn()).unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            let apps: Vec<String> = redis::cmd("SMEMBERS").arg(&registry).query(&mut redis.conn()).unwrap();
+            !apps.contains(&"second".to_string())
+        })
+        .await,
+        "the registry forgets it: {apps:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_versions_before_kept_without_an_expiry_gets_one() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let prefix = prefix("hold");
+    let tag = format!("{{{prefix}:h:bot}}");
+    let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 - 1000;
+    let old = format!("{}\n", serde_json::json!({"what": "arrived", "at": at, "outcome": "accepted", "body": "{}"}));
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(format!("{tag}:t:0-8000000000000001"))
+        .arg(&old)
+        .cmd("ZADD")
+        .arg(format!("{tag}:idx"))
+        .arg(at)
+        .arg("0-8000000000000001")
+        .query(&mut redis.conn())
+        .unwrap();
+    let cfg = GatewayConfig::new(&redis.url(), &prefix, &bot.url());
+    let _gw = Gateway::start(&cfg).await;
+    let ttls = || history_keys(&redis, &prefix);
+    assert!(
+        eventually(Duration::from_secs(20), || ttls().iter().all(|(_, ttl)| *ttl > 0)).await,
+        "every key kept before gets an expiry: {:?}",
+        ttls()
+    );
+}
