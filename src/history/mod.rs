@@ -10,11 +10,20 @@
 //! `[ui] history` (time) and `history_max` (per app), enforced by the writer's trim.
 //!
 //! In Redis, every key of one app's history shares the hash tag `{<prefix>:h:<app>}` (one
-//! slot in a cluster, so the trim script sees all of them):
-//! - `…:t:<delivery>`: a string (its timeline), one JSON line per thing that happened to it, appended
-//!   ([`fields`] folds them back into the summary and the timeline);
+//! slot in a cluster, so the trim script sees all of them), and every one expires with
+//! `[ui] history` from its last write (the trim removes what is older or past `history_max`
+//! first):
+//! - `…:t:<delivery>`: a string (its timeline), one JSON line per thing that happened to it,
+//!   appended ([`fields`] folds them back into the summary and the timeline);
+//! - `…:b:<delivery>`: the body as Slack sent it (when kept), read by a delivery's page alone;
+//! - `…:s:<delivery>`: a hash of the arrival's fields the list's filters decide on, so that
+//!   a filtered page reads these and the matches' timelines, never every timeline or a body;
 //! - `…:idx`: a sorted set of the deliveries by arrival (ms);
-//! - `…:m:<minute>`: what the ingress answered Slack in that minute, for the overview.
+//! - `…:m:<minute>`: what the ingress answered Slack in that minute, for the overview (kept
+//!   two hours).
+//!
+//! And `{<prefix>:h}:apps`, the apps that have a history: an app removed from the config is
+//! still trimmed, and `history = "off"` deletes every app's ([`writer`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

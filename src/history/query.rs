@@ -18,6 +18,10 @@ use crate::store::Conn;
 /// Ids read from the index per round trip.
 const CHUNK: usize = 200;
 
+/// The arrival's fields kept beside its timeline (`…:s:<delivery>`, a hash), so that a filter
+/// on them reads these few bytes of each delivery and the timelines of the matches alone.
+pub const SIFTED: [&str; 7] = ["team", "channel", "kind", "detail", "receipt", "ts", "thread"];
+
 /// What the list shows; every field empty or `None` matches everything.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Filter {
@@ -59,20 +63,26 @@ impl Summary {
         self.num("received")
     }
 
-    fn matches(&self, f: &Filter, now_ms: u64) -> bool {
+    /// What the arrival alone decides: team, channel, kind and the search (the fields of
+    /// [`SIFTED`]).
+    fn arrival_matches(&self, f: &Filter) -> bool {
         let is = |k: &str, want: &str| want.is_empty() || self.get(k) == want;
         let kind_ok = f.kind.is_empty() || self.get("kind") == f.kind || self.get("detail") == f.kind;
-        let status_ok = match f.status.as_str() {
-            "" => true,
-            "duplicate" => self.num("absorbed") > 0,
-            s => self.get("status") == s,
-        };
         let q = f.search.trim();
         let search_ok = q.is_empty()
             || self.id == q
             || [format!("e:{q}"), format!("t:{q}"), q.to_string()].iter().any(|r| self.get("receipt") == r)
             || self.get("ts") == q
             || self.get("thread") == q;
+        is("team", &f.team) && is("channel", &f.channel) && kind_ok && search_ok
+    }
+
+    fn matches(&self, f: &Filter, now_ms: u64) -> bool {
+        let status_ok = match f.status.as_str() {
+            "" => true,
+            "duplicate" => self.num("absorbed") > 0,
+            s => self.get("status") == s,
+        };
         let unanswered = f.never_answered.is_none_or(|within| {
             let delivered = self.num("delivered");
             self.get("asks") == "1"
@@ -81,7 +91,7 @@ impl Summary {
                 && delivered > 0
                 && delivered + within.as_millis() as u64 <= now_ms
         });
-        is("team", &f.team) && is("channel", &f.channel) && kind_ok && status_ok && search_ok && unanswered
+        self.arrival_matches(f) && status_ok && unanswered
     }
 }
 
@@ -131,17 +141,18 @@ async fn scan(
             .query_async(conn)
             .await?;
         offset += ids.len();
+        let candidates = sift(conn, &tag, app, f, &ids).await?;
         let mut p = redis::pipe();
-        for id in &ids {
+        for id in &candidates {
             p.cmd("GET").arg(format!("{tag}:t:{id}"));
         }
-        let records: Vec<Option<String>> = if ids.is_empty() { vec![] } else { p.query_async(conn).await? };
-        for (id, record) in ids.iter().zip(records) {
+        let records: Vec<Option<String>> = if candidates.is_empty() { vec![] } else { p.query_async(conn).await? };
+        for (id, record) in candidates.iter().zip(records) {
             // A record whose arrival was never noted (a full queue dropped it) is not listed.
             let Some(folded) = record.as_deref().and_then(fold).filter(|f| f.fields.contains_key("received")) else {
                 continue;
             };
-            let s = Summary { app: app.to_string(), id: id.clone(), fields: folded.fields };
+            let s = Summary { app: app.to_string(), id: id.to_string(), fields: folded.fields };
             if s.matches(f, now) {
                 found.push(s);
             }
@@ -152,6 +163,48 @@ async fn scan(
     }
     found.truncate(want);
     Ok(found)
+}
+
+/// The ids of one chunk whose arrival may match `f`: with a filter on the arrival's fields,
+/// only those of [`SIFTED`] that it names are read for each (a delivery without them, written
+/// by a version before, stays a candidate); without one, all of them.
+async fn sift<'a>(
+    conn: &mut Conn,
+    tag: &str,
+    app: &str,
+    f: &Filter,
+    ids: &'a [String],
+) -> RedisResult<Vec<&'a String>> {
+    let named: Vec<&str> = SIFTED
+        .iter()
+        .copied()
+        .filter(|k| match *k {
+            "team" => !f.team.is_empty(),
+            "channel" => !f.channel.is_empty(),
+            "kind" | "detail" => !f.kind.is_empty(),
+            _ => !f.search.trim().is_empty(),
+        })
+        .collect();
+    if named.is_empty() || ids.is_empty() {
+        return Ok(ids.iter().collect());
+    }
+    let mut p = redis::pipe();
+    for id in ids {
+        p.cmd("HMGET").arg(format!("{tag}:s:{id}")).arg(&named);
+    }
+    let values: Vec<Vec<Option<String>>> = p.query_async(conn).await?;
+    Ok(ids
+        .iter()
+        .zip(values)
+        .filter(|(id, v)| {
+            if v.iter().all(Option::is_none) {
+                return true;
+            }
+            let fields = named.iter().zip(v).filter_map(|(k, v)| Some((k.to_string(), v.clone()?))).collect();
+            Summary { app: app.to_string(), id: id.to_string(), fields }.arrival_matches(f)
+        })
+        .map(|(id, _)| id)
+        .collect())
 }
 
 /// One delivery's whole record: its summary, its body (when kept) and its timeline in order.

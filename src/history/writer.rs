@@ -15,7 +15,8 @@ use redis::Script;
 use tracing::warn;
 
 use super::fields::{line, minute_fields};
-use super::{tag, Note, What};
+use super::query::SIFTED;
+use super::{tag, Arrival, Note, What};
 use crate::clock::now_ms;
 use crate::config::UiConfig;
 use crate::live::Live;
@@ -191,6 +192,12 @@ pub async fn write(conn: &mut Conn, prefix: &str, app: &str, ui: &UiConfig, note
         if let Some(body) = r.body {
             p.cmd("SET").arg(format!("{tag}:b:{delivery}")).arg(body.as_ref()).arg("PX").arg(ttl).ignore();
         }
+        if let Some(a) = r.arrival {
+            let sifted = format!("{tag}:s:{delivery}");
+            let values = [&a.team, &a.channel, &a.kind.to_string(), &a.detail, &a.receipt, &a.ts, &a.thread_ts];
+            p.cmd("HSET").arg(&sifted).arg(SIFTED.iter().zip(values).collect::<Vec<_>>()).ignore();
+            p.cmd("PEXPIRE").arg(&sifted).arg(ttl).ignore();
+        }
         match r.arrived_ms {
             Some(ms) => {
                 arrivals.arg(ms).arg(*delivery);
@@ -246,6 +253,8 @@ struct Lines<'a> {
     first_ms: u64,
     /// The body the arrival kept, written apart from the lines.
     body: Option<&'a bytes::Bytes>,
+    /// What the arrival says of it, for the list's filters.
+    arrival: Option<&'a Arrival>,
 }
 
 type Minutes<'a> = HashMap<(u64, &'a str), i64>;
@@ -273,6 +282,7 @@ fn fold<'a>(notes: &[&'a Note]) -> (Vec<(&'a str, Lines<'a>)>, Minutes<'static>)
         if let What::Arrived(a) = &n.what {
             r.arrived_ms = Some(n.at_ms);
             r.body = a.body.as_ref().or(r.body);
+            r.arrival = Some(a);
         }
     }
     (records, minutes)
@@ -329,19 +339,19 @@ const WRITE_FIELDS: &[(&str, &str)] = &[
 /// Drop what is past `[ui] history`, then the oldest past `history_max`, with their records
 /// and bodies. An index left empty is gone with its last member.
 const TRIM: &str = r"
-local idx, records, bodies = KEYS[1], ARGV[1], ARGV[5]
+local idx, records, bodies, sifted = KEYS[1], ARGV[1], ARGV[5], ARGV[6]
 local limit = tonumber(ARGV[4])
 local n = 0
 local old = redis.call('ZRANGEBYSCORE', idx, '-inf', '(' .. ARGV[2], 'LIMIT', 0, limit)
 for _, id in ipairs(old) do
-  redis.call('UNLINK', records .. id, bodies .. id)
+  redis.call('UNLINK', records .. id, bodies .. id, sifted .. id)
   redis.call('ZREM', idx, id)
   n = n + 1
 end
 local over = redis.call('ZCARD', idx) - tonumber(ARGV[3])
 if over > 0 then
   local ids = redis.call('ZRANGE', idx, 0, math.min(over, limit) - 1)
-  for _, id in ipairs(ids) do redis.call('UNLINK', records .. id, bodies .. id) end
+  for _, id in ipairs(ids) do redis.call('UNLINK', records .. id, bodies .. id, sifted .. id) end
   redis.call('ZREMRANGEBYRANK', idx, 0, #ids - 1)
   n = n + #ids
 end
@@ -395,6 +405,7 @@ pub async fn trim_apps(conn: &mut Conn, prefix: &str, apps: &[String], keep: Kee
                 .arg(keep.max)
                 .arg(TRIM_MAX)
                 .arg(format!("{tag}:b:"))
+                .arg(format!("{tag}:s:"))
                 .invoke_async(conn)
                 .await?;
             gone += n;

@@ -317,3 +317,39 @@ async fn what_versions_before_kept_without_an_expiry_gets_one() {
         ttls()
     );
 }
+
+/// `cmdstat_<command>`'s calls since the last `CONFIG RESETSTAT`.
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut redis.conn()).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_list_reads_the_arrivals_fields_and_the_matches_timelines_alone() {
+    let s = setup("hsift", "").await;
+    s.bot.set_default(Reply::status(200));
+    for i in 0..40 {
+        let channel = if i % 10 == 0 { "CWANTED" } else { "COTHER" };
+        let body = mention(&format!("EvSift{i:02}"), &format!("1700000700.{i:06}"), channel);
+        assert_eq!(send(s.gw.port, Req::signed("/slack/events", body, SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(10), || s.bot.count() == 40).await);
+    until(Duration::from_secs(10), async || {
+        cli(&s.gw, &["deliveries", "--limit", "100"])["rows"].as_array().map_or(0, Vec::len) == 40
+    })
+    .await;
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut s.redis.conn()).unwrap();
+    let page = cli(&s.gw, &["deliveries", "--channel", "CWANTED", "--limit", "100"]);
+    let rows = page["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{page:#}");
+    assert!(rows.iter().all(|r| r["fields"]["channel"] == "CWANTED" && r["fields"]["status"] == "delivered"));
+    assert!(calls(&s.redis, "get") <= 4, "the 4 matches' timelines, no other: {} GETs", calls(&s.redis, "get"));
+    assert!(calls(&s.redis, "hmget") >= 40, "every arrival's fields");
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut s.redis.conn()).unwrap();
+    let none = cli(&s.gw, &["deliveries", "--search", "EvNoSuch"]);
+    assert!(none["rows"].as_array().unwrap().is_empty());
+    assert_eq!(calls(&s.redis, "get"), 0, "a filter that matches nothing reads no timeline");
+}
