@@ -95,6 +95,26 @@ impl Summary {
     }
 }
 
+impl Filter {
+    /// The fields of [`SIFTED`] this filter decides on.
+    fn sifted(&self) -> Vec<&'static str> {
+        SIFTED
+            .iter()
+            .copied()
+            .filter(|k| match *k {
+                "team" => !self.team.is_empty(),
+                "channel" => !self.channel.is_empty(),
+                "kind" | "detail" => !self.kind.is_empty(),
+                _ => !self.search.trim().is_empty(),
+            })
+            .collect()
+    }
+
+    fn sifts(&self) -> bool {
+        !self.sifted().is_empty()
+    }
+}
+
 /// A page of the list, and whether more matched past it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Page {
@@ -130,18 +150,32 @@ async fn scan(
     let (max, min) = (f.until_ms.map_or("+inf".to_string(), |u| u.to_string()), f.since_ms.unwrap_or(0));
     let mut found = Vec::new();
     let mut offset = 0;
+    // Whether a delivery's timeline decides whether it matches, or its arrival alone does.
+    let by_timeline = !f.status.is_empty() || f.never_answered.is_some();
     while found.len() < want && offset < cap {
+        let left = want - found.len();
+        // Unfiltered, the next `left` are the page (the live poll reads a page, not a chunk).
+        let chunk = if by_timeline || f.sifts() { CHUNK } else { left.min(CHUNK) };
         let ids: Vec<String> = redis::cmd("ZREVRANGEBYSCORE")
             .arg(format!("{tag}:idx"))
             .arg(&max)
             .arg(min)
             .arg("LIMIT")
             .arg(offset)
-            .arg(CHUNK)
+            .arg(chunk)
             .query_async(conn)
             .await?;
-        offset += ids.len();
-        let candidates = sift(conn, &tag, app, f, &ids).await?;
+        let mut candidates = sift(conn, &tag, app, f, &ids).await?;
+        match candidates.get(left) {
+            // The arrival decided: the first `left` candidates are the page, and the next
+            // round (if one is needed: a record without its arrival) starts after them.
+            Some(&next) if !by_timeline => {
+                offset += next;
+                candidates.truncate(left);
+            }
+            _ => offset += ids.len(),
+        }
+        let candidates: Vec<&String> = candidates.into_iter().map(|i| &ids[i]).collect();
         let mut p = redis::pipe();
         for id in &candidates {
             p.cmd("GET").arg(format!("{tag}:t:{id}"));
@@ -157,7 +191,7 @@ async fn scan(
                 found.push(s);
             }
         }
-        if ids.len() < CHUNK {
+        if ids.len() < chunk {
             break;
         }
     }
@@ -165,28 +199,13 @@ async fn scan(
     Ok(found)
 }
 
-/// The ids of one chunk whose arrival may match `f`: with a filter on the arrival's fields,
+/// The places in `ids` (one chunk) of those whose arrival may match `f`: with a filter on the arrival's fields,
 /// only those of [`SIFTED`] that it names are read for each (a delivery without them, written
 /// by a version before, stays a candidate); without one, all of them.
-async fn sift<'a>(
-    conn: &mut Conn,
-    tag: &str,
-    app: &str,
-    f: &Filter,
-    ids: &'a [String],
-) -> RedisResult<Vec<&'a String>> {
-    let named: Vec<&str> = SIFTED
-        .iter()
-        .copied()
-        .filter(|k| match *k {
-            "team" => !f.team.is_empty(),
-            "channel" => !f.channel.is_empty(),
-            "kind" | "detail" => !f.kind.is_empty(),
-            _ => !f.search.trim().is_empty(),
-        })
-        .collect();
+async fn sift(conn: &mut Conn, tag: &str, app: &str, f: &Filter, ids: &[String]) -> RedisResult<Vec<usize>> {
+    let named = f.sifted();
     if named.is_empty() || ids.is_empty() {
-        return Ok(ids.iter().collect());
+        return Ok((0..ids.len()).collect());
     }
     let mut p = redis::pipe();
     for id in ids {
@@ -196,14 +215,15 @@ async fn sift<'a>(
     Ok(ids
         .iter()
         .zip(values)
-        .filter(|(id, v)| {
+        .enumerate()
+        .filter(|(_, (id, v))| {
             if v.iter().all(Option::is_none) {
                 return true;
             }
             let fields = named.iter().zip(v).filter_map(|(k, v)| Some((k.to_string(), v.clone()?))).collect();
             Summary { app: app.to_string(), id: id.to_string(), fields }.arrival_matches(f)
         })
-        .map(|(id, _)| id)
+        .map(|(i, _)| i)
         .collect())
 }
 

@@ -352,4 +352,8 @@ async fn a_filtered_list_reads_the_arrivals_fields_and_the_matches_timelines_alo
     let none = cli(&s.gw, &["deliveries", "--search", "EvNoSuch"]);
     assert!(none["rows"].as_array().unwrap().is_empty());
     assert_eq!(calls(&s.redis, "get"), 0, "a filter that matches nothing reads no timeline");
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut s.redis.conn()).unwrap();
+    let newest = cli(&s.gw, &["deliveries", "--limit", "5"]);
+    assert_eq!(newest["rows"].as_array().unwrap().len(), 5);
+    assert!(calls(&s.redis, "get") <= 6, "an unfiltered page reads its rows (and one to know of more), not a chunk");
 }
