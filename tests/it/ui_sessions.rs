@@ -1,7 +1,9 @@
-//! The pages' sessions over HTTP (issue 32): a session ends with its token, on every replica;
-//! an admin ends them all from the pages or with `slackgate ui sessions --revoke-all`.
+//! The pages' sessions over HTTP and in a browser (issue 32): a session ends with its token,
+//! on every replica; an admin ends them all from the pages or with
+//! `slackgate ui sessions --revoke-all`.
 
 use std::process::Command;
+use std::time::Duration;
 
 use crate::ui::{page, ADMIN, READER};
 use crate::utils::*;
@@ -118,4 +120,30 @@ async fn an_admin_ends_every_session_from_the_pages_or_the_cli() {
     assert!(ok, "{err}");
     let count: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(count, serde_json::json!({"admin": 0, "read": 0}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_end_all_sessions_lands_on_the_login_saying_how_many() {
+    const LIMIT: Duration = Duration::from_secs(15);
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let gw = gateway(&redis, &prefix("uiendbr"), &bot, ADMIN).await;
+    let port = gw.admin_port;
+    let base = format!("http://127.0.0.1:{port}");
+    let reader = login(port, READER).await;
+    let b = Browser::start().await;
+    b.goto(&format!("{base}/ui/")).await;
+    b.wait_for("input[name=token]", LIMIT).await;
+    b.fill("token", ADMIN).await;
+    b.submit("form.login").await;
+    b.wait_for("section.sessions button", LIMIT).await;
+    b.screenshot("ui_sessions").await;
+    b.click("section.sessions button").await;
+    b.wait_for("p.notice", LIMIT).await;
+    assert_eq!(b.text("p.notice").await, "2 sessions ended, yours too. Log in again.");
+    assert!(b.exists("input[name=token]").await, "the login form");
+    assert!(b.cookie("slackgate_ui").await.is_none_or(|c| c.value.is_empty()), "the cookie is cleared");
+    b.goto(&format!("{base}/ui/")).await;
+    b.wait_for("input[name=token]", LIMIT).await;
+    assert!(!opens(port, &reader).await, "the other session ended too");
 }
