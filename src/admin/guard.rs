@@ -74,6 +74,17 @@ fn port_ok(port: &str) -> bool {
     port.strip_prefix(':').is_some_and(|p| p.parse::<u16>().is_ok())
 }
 
+/// Whether a request tried a token, and whether it was right (`admitted`: [`admit`]'s
+/// verdict): `None` when no token is configured or none was presented (a scraper or a probe
+/// without one guesses nothing), else `Some(right)`, for the throttle of failed tokens.
+pub(super) fn token_tried(
+    headers: &http::HeaderMap,
+    token: Option<&Secret>,
+    admitted: &Result<(), Refusal>,
+) -> Option<bool> {
+    (token.is_some() && headers.contains_key(http::header::AUTHORIZATION)).then_some(*admitted != Err(Refusal::Token))
+}
+
 /// The checks every API request passes before it is served. `token` and `read_token`: the
 /// configured `admin_token` and `admin_read_token` (the latter counts only beside the former).
 pub(super) fn admit(

@@ -5,7 +5,9 @@
 //! Closed unless opened on purpose:
 //! - `run` refuses a non-loopback `admin_listen` without `[server] admin_token`;
 //! - with a token, everything but `/healthz`, `/readyz` and `/metrics` wants
-//!   `Authorization: Bearer <token>`;
+//!   `Authorization: Bearer <token>`; wrong tokens are counted per client address and per
+//!   process with the pages' failed logins (`ui::throttle`), and past the limit answered 429
+//!   with `Retry-After`, the right token from that address too;
 //! - state-changing routes are POST-only, always want an `Authorization` header and refuse a
 //!   request carrying `Origin`, so a browser page cannot trigger them with a simple request;
 //! - a request whose `Host` is not an IP address, `localhost` or a name in
@@ -35,6 +37,7 @@ use crate::outbox::Endpoint;
 use crate::outbox::{LazyStore, Store};
 use crate::shared::Shared;
 use crate::store::Lazy;
+use crate::ui::throttle::{Throttle, Throttled};
 use guard::{access, admit, host_allowed, refusal_message, Refusal};
 
 mod guard;
@@ -47,6 +50,8 @@ pub struct Admin {
     /// The egress's records, for its notes.
     egress: Lazy<EgressStore>,
     ui: crate::ui::Ui,
+    /// Failed tokens, the pages' logins and the API's bearer tokens alike.
+    throttle: Arc<Throttle>,
 }
 
 type Reply = Response<Vec<u8>>;
@@ -64,6 +69,8 @@ enum AdminError {
     Unavailable(String),
     #[error("the form is {0}")]
     BadForm(&'static str),
+    #[error("too many wrong tokens from your address: try again in {} s", .0.retry_after_secs())]
+    Throttled(Throttled),
 }
 
 impl AdminError {
@@ -74,6 +81,7 @@ impl AdminError {
             AdminError::Refused(Refusal::Method) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NotFound => StatusCode::NOT_FOUND,
             AdminError::BadForm(_) => StatusCode::BAD_REQUEST,
+            AdminError::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
             AdminError::Ops(OpsError::UnknownApp(_) | OpsError::NotDead(_)) => StatusCode::NOT_FOUND,
             AdminError::Ops(OpsError::AppRequired | OpsError::BadId(_) | OpsError::BadCursor(_)) => {
                 StatusCode::BAD_REQUEST
@@ -83,7 +91,11 @@ impl AdminError {
     }
 
     fn reply(&self) -> Reply {
-        text(self.status(), &self.to_string())
+        let mut reply = text(self.status(), &self.to_string());
+        if let AdminError::Throttled(t) = self {
+            reply.headers_mut().insert(http::header::RETRY_AFTER, t.retry_after_secs().into());
+        }
+        reply
     }
 }
 
@@ -91,8 +103,10 @@ impl Admin {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let prefix = live.get().config.redis.key_prefix.clone();
         let egress = Lazy::egress(&redis, &prefix);
-        let ui = crate::ui::Ui::new(shared.clone());
-        Admin { live, shared, store: LazyStore::outbox(&redis, Duration::from_secs(2)), egress, ui }
+        let throttle = Arc::new(Throttle::default());
+        let ui = crate::ui::Ui::new(shared.clone(), throttle.clone());
+        let store = LazyStore::outbox(&redis, Duration::from_secs(2));
+        Admin { live, shared, store, egress, ui, throttle }
     }
 
     fn store(&self) -> Result<&Store, String> {
@@ -305,6 +319,7 @@ impl Admin {
             query: head.uri.query().unwrap_or_default().to_string(),
             headers: head.headers.clone(),
             body: Vec::new(),
+            client: client_ip(session),
         };
         if req.method == http::Method::POST {
             req.body = read_form(session, config.server.limits.body_timeout).await?;
@@ -341,7 +356,17 @@ impl Admin {
         }
         let access = access(&path).ok_or(AdminError::NotFound)?;
         let tokens = (config.server.admin_token.as_ref(), config.server.admin_read_token.as_ref());
-        admit(&method, access, &head.headers, tokens.0, tokens.1).map_err(AdminError::Refused)?;
+        let admitted = admit(&method, access, &head.headers, tokens.0, tokens.1);
+        if let Some(good) = guard::token_tried(&head.headers, tokens.0, &admitted) {
+            let now = tokio::time::Instant::now();
+            self.throttle.judge(now, client_ip(session), good).map_err(AdminError::Throttled)?;
+        }
+        admitted.map_err(AdminError::Refused)?;
         self.api(&path, &query).await
     }
+}
+
+/// The TCP peer's address (a Unix socket's peer has none).
+fn client_ip(session: &ServerSession) -> Option<std::net::IpAddr> {
+    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
 }

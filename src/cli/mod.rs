@@ -31,6 +31,7 @@ mod history;
 mod ops;
 mod run;
 mod signals;
+mod ui;
 
 #[derive(Parser)]
 #[command(name = "slackgate", version, about = "Durable, deduplicating gateway in front of Slack bots")]
@@ -81,6 +82,11 @@ enum Command {
         action: ops::DlqAction,
         #[command(flatten)]
         target: ops::Target,
+    },
+    /// The operator's pages: `ui sessions` counts who is logged in, `--revoke-all` ends it.
+    Ui {
+        #[command(subcommand)]
+        command: ui::UiCommand,
     },
 }
 
@@ -138,6 +144,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Dlq { action, target } => ops::dlq(&target, action),
         Command::Deliveries(o) => history::deliveries(&o),
         Command::Show(o) => history::show(&o),
+        Command::Ui { command } => ui::ui(command),
     }
 }
 

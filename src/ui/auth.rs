@@ -5,9 +5,15 @@
 //! - Otherwise a viewer logs in with a token (`POST /ui/login`, form field `token`): the admin
 //!   token gives the admin role, `admin_read_token` the read role. A session is a random
 //!   256-bit id in an `HttpOnly`, `SameSite=Strict` cookie; Redis keeps only the id's SHA-256
-//!   (`{<prefix>:ui}:s:<hex>`) with the role, for the session's lifetime, so every replica
-//!   knows the session and a copy of Redis holds no cookie. Failed logins are throttled per
-//!   process ([`MAX_FAILURES`] in [`FAILURE_WINDOW`]).
+//!   (`{<prefix>:ui}:s:<hex>`) with the role and a proof of the token that made it, for the
+//!   session's lifetime ([`sessions`]), so every replica knows the session and a copy of Redis
+//!   holds no cookie and no token.
+//! - A session lives only as long as its token: every request recomputes the proof from the
+//!   configured token of its role, so once that token is rotated (or removed) the session is
+//!   refused on every replica, after a restart too. [`sessions::end_all`] ends them all
+//!   (`slackgate ui sessions --revoke-all`, or the admins' button).
+//! - Failed logins are throttled per client address and per process ([`Throttle`], shared with
+//!   the bearer admin API).
 //! - A form is answered only when it is a POST from the page's own origin carrying the
 //!   viewer's CSRF token ([`check_form`]); a write wants the admin role too ([`check_write`]).
 //!
@@ -19,7 +25,8 @@
 //!
 //! The caller checks the `Host` allow-list first, as for the admin API.
 
-use std::sync::Mutex;
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
@@ -28,20 +35,21 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
+use super::throttle::Throttle;
 use crate::config::{Secret, ServerConfig};
 use crate::store::{Conn, StoreError};
 
+pub mod sessions;
+
 /// The session cookie.
 pub const COOKIE: &str = "slackgate_ui";
-/// At most this many failed logins per process within [`FAILURE_WINDOW`]; past it every login,
-/// right or wrong, is refused until the window ends, so a token cannot be guessed fast.
-pub const MAX_FAILURES: u32 = 10;
-pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 /// What a session's CSRF token is derived from (keyed by the session id).
 const SESSION_CSRF: &[u8] = b"slackgate ui csrf";
 /// What the open viewer's CSRF token is derived from (keyed by the process secret).
 const OPEN_CSRF: &[u8] = b"slackgate ui csrf (open loopback viewer)";
+/// What a session's proof of its token is derived from (keyed by the token), before the id.
+const SESSION_PROOF: &[u8] = b"slackgate ui session of token\n";
 /// Bytes of a session id (hex in the cookie).
 const ID_BYTES: usize = 32;
 
@@ -92,7 +100,7 @@ impl Viewer {
 pub enum LoginRefused {
     #[error("wrong token: log in with server.admin_token or server.admin_read_token")]
     WrongToken,
-    #[error("too many failed logins: try again in a minute")]
+    #[error("too many failed logins from your address: try again in a minute")]
     Throttled,
     #[error("no token is configured to log in with (set server.admin_token)")]
     NoToken,
@@ -135,22 +143,22 @@ impl WriteRefused {
 /// The pages' gate: sessions in Redis, the login throttle, the open viewer's CSRF secret.
 pub struct UiAuth {
     conn: Conn,
-    /// `{<key_prefix>:ui}:s:`, followed by a session id's hash.
-    keys: String,
+    keys: sessions::Keys,
     session_ttl: Duration,
-    throttle: Throttle,
+    throttle: Arc<Throttle>,
     /// Keys the open loopback viewer's CSRF token: random per process.
     open_secret: [u8; 32],
 }
 
 impl UiAuth {
-    /// `session_ttl`: how long a login lasts (at least a second).
-    pub fn new(conn: Conn, key_prefix: &str, session_ttl: Duration) -> Self {
+    /// `session_ttl`: how long a login lasts (at least a second); `throttle`: the failed
+    /// tokens of this process (the admin API's too).
+    pub fn new(conn: Conn, key_prefix: &str, session_ttl: Duration, throttle: Arc<Throttle>) -> Self {
         UiAuth {
             conn,
-            keys: format!("{{{key_prefix}:ui}}:s:"),
+            keys: sessions::Keys::new(key_prefix),
             session_ttl: session_ttl.max(Duration::from_secs(1)),
-            throttle: Throttle::default(),
+            throttle,
             // `rand::random` draws from the thread's CSPRNG (ChaCha, seeded by the OS).
             open_secret: rand::random(),
         }
@@ -169,19 +177,26 @@ impl UiAuth {
             return Ok(Some(Viewer { role: Role::Admin, csrf, session: None }));
         }
         let Some(id) = session_id(headers) else { return Ok(None) };
-        let key = session_key(&self.keys, id);
+        let key = session_key(&self.keys.sessions, id);
         let stored: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut self.conn.clone()).await?;
-        // Sessions outlive the process: a role whose token is no longer configured ends them.
-        let role = stored.as_deref().and_then(Role::from_label).filter(|r| still_granted(server, *r));
+        // Sessions outlive the process and its config: one whose token is no longer the
+        // configured one of its role is refused. Not deleted: in a rolling rotation a replica
+        // still on the old config would end the sessions of the new token.
+        let role = stored.as_deref().and_then(sessions::parse).and_then(|(role, proof)| {
+            let token = granted(server, role)?;
+            bool::from(proof.as_bytes().ct_eq(session_proof(token, id).as_bytes())).then_some(role)
+        });
         Ok(role.map(|role| Viewer { role, csrf: session_csrf(id), session: Some(key) }))
     }
 
-    /// Log in with `token` (the login form's field): the role and the `Set-Cookie` value of
-    /// the new session, or why not. `tls`: the request came over TLS (the cookie is `Secure`).
+    /// Log in with `token` (the login form's field) from `client` (the TCP peer; `None`:
+    /// unknown): the role and the `Set-Cookie` value of the new session, or why not. `tls`: the
+    /// request came over TLS (the cookie is `Secure`).
     pub async fn login(
         &self,
         server: &ServerConfig,
         token: &str,
+        client: Option<IpAddr>,
         tls: bool,
     ) -> Result<Result<(Role, String), LoginRefused>, StoreError> {
         let Some(admin) = &server.admin_token else { return Ok(Err(LoginRefused::NoToken)) };
@@ -193,21 +208,22 @@ impl UiAuth {
         } else {
             None
         };
-        let role = match self.throttle.judge(Instant::now(), matched) {
+        let verdict = match self.throttle.judge(Instant::now(), client, matched.is_some()) {
+            Err(_) => Err(LoginRefused::Throttled),
+            Ok(()) => matched.ok_or(LoginRefused::WrongToken),
+        };
+        let role = match verdict {
             Ok(role) => role,
             Err(refused) => {
                 tracing::warn!(target: "slackgate::audit", reason = %refused, "ui login refused");
                 return Ok(Err(refused));
             }
         };
+        let token = granted(server, role).expect("the role was granted by a configured token");
         let id = hex::encode(rand::random::<[u8; ID_BYTES]>());
-        let _: () = redis::cmd("SET")
-            .arg(session_key(&self.keys, &id))
-            .arg(role.as_label())
-            .arg("EX")
-            .arg(self.session_ttl.as_secs())
-            .query_async(&mut self.conn.clone())
-            .await?;
+        let value = sessions::value(role, &session_proof(token, &id));
+        let ttl_ms = self.session_ttl.as_millis().try_into().unwrap_or(u64::MAX);
+        sessions::store(&mut self.conn.clone(), &self.keys, &id_hash(&id), &value, ttl_ms).await?;
         tracing::info!(target: "slackgate::audit", role = role.as_label(), "ui login");
         Ok(Ok((role, set_cookie(&id, self.session_ttl, tls))))
     }
@@ -215,9 +231,17 @@ impl UiAuth {
     /// End the session the request carries (if any): the `Set-Cookie` value that clears it.
     pub async fn logout(&self, headers: &HeaderMap, tls: bool) -> Result<String, StoreError> {
         if let Some(id) = session_id(headers) {
-            let _: () = redis::cmd("DEL").arg(session_key(&self.keys, id)).query_async(&mut self.conn.clone()).await?;
+            sessions::end(&mut self.conn.clone(), &self.keys, &id_hash(id)).await?;
         }
         Ok(set_cookie("", Duration::ZERO, tls))
+    }
+
+    /// End every session (the caller's too): how many ended, and the `Set-Cookie` value that
+    /// clears the caller's cookie.
+    pub async fn end_all(&self, tls: bool) -> Result<(u64, String), StoreError> {
+        let n = sessions::end_all(&mut self.conn.clone(), &self.keys).await?;
+        tracing::warn!(target: "slackgate::audit", sessions = n, "ui sessions all ended");
+        Ok((n, set_cookie("", Duration::ZERO, tls)))
     }
 }
 
@@ -276,13 +300,14 @@ fn is_open(server: &ServerConfig, loopback_listener: bool) -> bool {
     loopback_listener && server.admin_token.is_none()
 }
 
-/// Whether the token a role logs in with is still configured.
-fn still_granted(server: &ServerConfig, role: Role) -> bool {
-    server.admin_token.is_some()
-        && match role {
-            Role::Admin => true,
-            Role::Read => server.admin_read_token.is_some(),
-        }
+/// The token a role logs in with, if it is configured (the read token counts only beside the
+/// admin token).
+fn granted(server: &ServerConfig, role: Role) -> Option<&Secret> {
+    let admin = server.admin_token.as_ref()?;
+    match role {
+        Role::Admin => Some(admin),
+        Role::Read => server.admin_read_token.as_ref(),
+    }
 }
 
 /// The session id a request carries: the first well-formed `slackgate_ui` cookie of any
@@ -305,7 +330,20 @@ fn well_formed(id: &str) -> bool {
 
 /// Where a session is stored: under the hash of its id, never the id itself.
 fn session_key(keys: &str, id: &str) -> String {
-    format!("{keys}{}", hex::encode(Sha256::digest(id.as_bytes())))
+    format!("{keys}{}", id_hash(id))
+}
+
+fn id_hash(id: &str) -> String {
+    hex::encode(Sha256::digest(id.as_bytes()))
+}
+
+/// What a session keeps of the token that made it: an HMAC of its id keyed by the token. The
+/// same on every replica with that token; another token, or no id, gives another.
+fn session_proof(token: &Secret, id: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(token.expose()).expect("HMAC takes a key of any length");
+    mac.update(SESSION_PROOF);
+    mac.update(id.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
 }
 
 /// A session's CSRF token, derived from its id alone (the same on every replica).
@@ -323,32 +361,6 @@ fn hmac_hex(key: &[u8], message: &[u8]) -> String {
 fn set_cookie(id: &str, max_age: Duration, tls: bool) -> String {
     let secure = if tls { "; Secure" } else { "" };
     format!("{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/ui; Max-Age={}{secure}", max_age.as_secs())
-}
-
-/// Failed logins of this process in the current window: the start of the window (its first
-/// failure) and how many.
-#[derive(Debug, Default)]
-struct Throttle {
-    window: Mutex<Option<(Instant, u32)>>,
-}
-
-impl Throttle {
-    /// The verdict on a login at `now` whose token matched `role` (`None`: no token), counted
-    /// under one lock, so many logins at once cannot slip past the limit together.
-    fn judge(&self, now: Instant, role: Option<Role>) -> Result<Role, LoginRefused> {
-        let mut window = self.window.lock().unwrap_or_else(|e| e.into_inner());
-        let current = (*window).filter(|(start, _)| now.saturating_duration_since(*start) < FAILURE_WINDOW);
-        if current.is_some_and(|(_, failures)| failures >= MAX_FAILURES) {
-            return Err(LoginRefused::Throttled);
-        }
-        match role {
-            Some(role) => Ok(role),
-            None => {
-                *window = Some(current.map_or((now, 1), |(start, failures)| (start, failures + 1)));
-                Err(LoginRefused::WrongToken)
-            }
-        }
-    }
 }
 
 #[cfg(test)]

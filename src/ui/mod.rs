@@ -8,6 +8,7 @@
 //! otherwise a login; a write is a POST from the pages' own origin with the viewer's CSRF
 //! token, by an admin. The admin API's `Host` allow-list is checked before anything here.
 
+use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
 use http::{HeaderMap, Method, Response, StatusCode};
@@ -18,8 +19,10 @@ use crate::shared::Shared;
 mod actions;
 pub mod auth;
 mod pages;
+pub mod throttle;
 
 use auth::{UiAuth, Viewer};
+use throttle::Throttle;
 
 pub type Reply = Response<Vec<u8>>;
 
@@ -33,6 +36,8 @@ pub struct Request {
     pub query: String,
     pub headers: HeaderMap,
     pub body: Vec<u8>,
+    /// The TCP peer's address (never a forwarded header's: whoever sends one chooses it).
+    pub client: Option<IpAddr>,
 }
 
 impl Request {
@@ -53,17 +58,19 @@ pub struct Ui {
     shared: Arc<Shared>,
     /// Made on first use (on the admin service's runtime, from the ops' connection).
     auth: OnceLock<UiAuth>,
+    /// Failed logins, shared with the admin API's failed tokens.
+    throttle: Arc<Throttle>,
 }
 
 impl Ui {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Ui { shared, auth: OnceLock::new() }
+    pub fn new(shared: Arc<Shared>, throttle: Arc<Throttle>) -> Self {
+        Ui { shared, auth: OnceLock::new(), throttle }
     }
 
     fn auth(&self, ops: &Ops) -> &UiAuth {
         self.auth.get_or_init(|| {
             let config = ops.config();
-            UiAuth::new(ops.conn(), &config.redis.key_prefix, config.ui.session)
+            UiAuth::new(ops.conn(), &config.redis.key_prefix, config.ui.session, self.throttle.clone())
         })
     }
 
@@ -115,13 +122,16 @@ impl Ui {
 
     async fn login(&self, auth: &UiAuth, config: &crate::config::Config, req: &Request) -> Result<Reply, Failure> {
         if req.method != Method::POST {
-            return Ok(pages::login(StatusCode::OK, ""));
+            // After "End all sessions": how many ended (a number, or nothing said).
+            let ended = req.param("ended").and_then(|n| n.parse::<u64>().ok());
+            let notice = ended.map(|n| format!("{n} sessions ended, yours too. Log in again.")).unwrap_or_default();
+            return Ok(pages::login_with(StatusCode::OK, "", &notice));
         }
         if let Err(refused) = auth::check_origin(&req.headers) {
             return Ok(pages::login(refused.status(), &refused.to_string()));
         }
         let token = req.param("token").unwrap_or_default();
-        match auth.login(&config.server, &token, req.tls()).await.map_err(Failure::store)? {
+        match auth.login(&config.server, &token, req.client, req.tls()).await.map_err(Failure::store)? {
             Ok((_, cookie)) => {
                 let mut r = redirect("/ui/");
                 r.headers_mut().insert(http::header::SET_COOKIE, cookie.parse().map_err(|_| Failure::internal())?);

@@ -52,10 +52,16 @@ pub async fn get(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> {
 struct LoginPage<'a> {
     nav: Nav<'a>,
     error: &'a str,
+    notice: &'a str,
 }
 
 pub fn login(status: StatusCode, error: &str) -> Reply {
-    render(status, &LoginPage { nav: nav(None, "login"), error })
+    login_with(status, error, "")
+}
+
+/// The login form with a `notice` above it (not an error).
+pub fn login_with(status: StatusCode, error: &str, notice: &str) -> Reply {
+    render(status, &LoginPage { nav: nav(None, "login"), error, notice })
 }
 
 #[derive(Template)]

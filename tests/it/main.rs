@@ -39,4 +39,5 @@ mod turns;
 mod ui;
 mod ui_auth;
 mod ui_browser;
+mod ui_sessions;
 mod unsigned;

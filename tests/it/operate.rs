@@ -404,3 +404,45 @@ async fn a_delivery_waiting_for_a_retry_sets_the_oldest_age() {
     );
     assert!(s[0]["oldest_age_ms"].as_u64().unwrap() >= 1000, "{out}");
 }
+
+/// `GET /stats` from the local address `from` with `token`: the status and the answer's head.
+async fn stats_from(gw: &Gateway, from: &str, token: &str) -> (u16, String) {
+    let head = format!("GET /stats HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {token}", gw.admin_port);
+    request_from(from, gw.admin_port, &head, "").await
+}
+
+/// A login to the pages from the local address `from`: its status.
+async fn login_from(gw: &Gateway, from: &str, token: &str) -> u16 {
+    let port = gw.admin_port;
+    let head = format!(
+        "POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\nContent-Type: application/x-www-form-urlencoded"
+    );
+    request_from(from, port, &head, &format!("token={token}")).await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_bearer_tokens_are_throttled_per_address_with_the_pages_logins() {
+    let (_redis, _bot, gw, _) = setup("apithrottle").await;
+    let (a, b) = ("127.0.0.2", "127.0.0.3");
+    for i in 0..10 {
+        assert_eq!(stats_from(&gw, a, "wrong-token-wrong-token").await.0, 401, "wrong token {i}");
+    }
+    // Address A is over the limit: 429 with Retry-After, for the right token too.
+    let (status, head) = stats_from(&gw, a, "wrong-token-wrong-token").await;
+    assert_eq!(status, 429, "{head}");
+    let retry = head.lines().find_map(|l| l.strip_prefix("Retry-After: ").or_else(|| l.strip_prefix("retry-after: ")));
+    let retry: u64 = retry.unwrap_or_else(|| panic!("no Retry-After: {head}")).parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    assert_eq!(stats_from(&gw, a, TOKEN).await.0, 429);
+    // The pages' login counts the same failures: A waits there too.
+    assert_eq!(login_from(&gw, a, TOKEN).await, 429);
+    // Another address with the right token is served, by the API and the pages.
+    assert_eq!(stats_from(&gw, b, TOKEN).await.0, 200);
+    assert_eq!(login_from(&gw, b, TOKEN).await, 303);
+    // A request with no token at all (a probe, a scraper) guesses nothing and is not counted.
+    let bare = format!("GET /stats HTTP/1.1\r\nHost: 127.0.0.1:{}", gw.admin_port);
+    for _ in 0..12 {
+        assert_eq!(request_from(b, gw.admin_port, &bare, "").await.0, 401);
+    }
+    assert_eq!(stats_from(&gw, b, TOKEN).await.0, 200);
+}

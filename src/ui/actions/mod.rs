@@ -48,8 +48,17 @@ pub async fn post(ctx: &Context<'_>, ui_auth: &UiAuth, req: &Request) -> Result<
         ["d", app, id, "replay"] => replay_one(ctx, app, id).await,
         ["d", app, id, "purge"] => purge_one(ctx, app, id).await,
         ["replay"] => bulk(ctx, req).await,
+        ["sessions", "revoke"] => end_sessions(ui_auth, req).await,
         _ => Ok(message(Some(ctx.viewer), StatusCode::NOT_FOUND, "Not found", "There is no such action.", "/ui/")),
     }
+}
+
+/// "End all sessions": the admin's own ends too, so the answer is the login, saying how many.
+async fn end_sessions(ui_auth: &UiAuth, req: &Request) -> Result<Reply, Failure> {
+    let (n, cookie) = ui_auth.end_all(req.tls()).await.map_err(Failure::store)?;
+    let mut r = redirect(&format!("/ui/login?ended={n}"));
+    r.headers_mut().insert(http::header::SET_COOKIE, cookie.parse().map_err(|_| Failure::internal())?);
+    Ok(r)
 }
 
 fn ops_failure(e: crate::ops::OpsError) -> Failure {

@@ -135,30 +135,21 @@ fn every_refusal_of_a_write() {
 }
 
 #[test]
-fn failed_logins_are_throttled_for_the_rest_of_the_window() {
-    let t = Throttle::default();
-    let start = Instant::now();
-    // Good logins do not count.
-    for _ in 0..20 {
-        assert_eq!(t.judge(start, Some(Role::Admin)), Ok(Role::Admin));
+fn a_session_proves_its_token_without_holding_it() {
+    let (old, new) = (Secret::new("the-admin-token-0123456789"), Secret::new("the-admin-token-9876543210"));
+    let proof = session_proof(&old, ID_A);
+    assert_eq!(proof, session_proof(&old, ID_A), "every replica with the token derives the same");
+    assert_ne!(proof, session_proof(&new, ID_A), "another token, another proof");
+    assert_ne!(proof, session_proof(&old, ID_B), "another session, another proof");
+    assert_eq!(proof.len(), 64);
+    assert!(!proof.contains("the-admin-token") && !proof.contains(ID_A));
+    assert_ne!(proof, session_csrf(ID_A));
+    // Stored as `<role>:<proof>`; a value without a proof (stored before proofs) is none.
+    let stored = sessions::value(Role::Read, &proof);
+    assert_eq!(sessions::parse(&stored), Some((Role::Read, proof.as_str())));
+    for bad in ["read", "admin", "admin:", "root:abc", ""] {
+        assert_eq!(sessions::parse(bad), None, "{bad}");
     }
-    for i in 0..MAX_FAILURES {
-        let at = start + Duration::from_secs(u64::from(i));
-        assert_eq!(t.judge(at, None), Err(LoginRefused::WrongToken), "failure {i}");
-    }
-    // Past the limit even the right token is refused, until the window (from the first
-    // failure) is over.
-    let late = start + FAILURE_WINDOW - Duration::from_millis(1);
-    assert_eq!(t.judge(start + Duration::from_secs(30), Some(Role::Admin)), Err(LoginRefused::Throttled));
-    assert_eq!(t.judge(late, None), Err(LoginRefused::Throttled));
-    assert_eq!(t.judge(late, Some(Role::Read)), Err(LoginRefused::Throttled));
-    let next = start + FAILURE_WINDOW;
-    assert_eq!(t.judge(next, Some(Role::Read)), Ok(Role::Read));
-    // A new window counts afresh.
-    for _ in 0..MAX_FAILURES {
-        assert_eq!(t.judge(next, None), Err(LoginRefused::WrongToken));
-    }
-    assert_eq!(t.judge(next, Some(Role::Admin)), Err(LoginRefused::Throttled));
     assert_eq!(LoginRefused::Throttled.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(LoginRefused::WrongToken.status(), StatusCode::UNAUTHORIZED);
 }

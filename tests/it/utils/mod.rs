@@ -27,7 +27,7 @@ pub use child::KillOnDrop;
 pub use fake_slack::{Behaviour, FakeSlack, Look};
 pub use fake_socket::FakeSocket;
 pub use gateway::{started_on, Gateway, GatewayConfig};
-pub use raw::{closed_within, connect};
+pub use raw::{closed_within, connect, request_from};
 pub use receiver::{Receiver, Reply, Reserved};
 pub use redis_cluster::{free_low_port, RedisCluster};
 pub use redis_secure::RedisSecurity;

@@ -22,3 +22,20 @@ pub async fn closed_within(conn: &mut TcpStream, limit: Duration) -> bool {
         }
     }
 }
+
+/// One HTTP/1.1 request (`head` without its last blank line, then `body`) to 127.0.0.1:`port`
+/// from the local address `from` (any of 127.0.0.0/8): the status and the answer's head.
+pub async fn request_from(from: &str, port: u16, head: &str, body: &str) -> (u16, String) {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::new(from.parse().unwrap(), 0)).unwrap();
+    let mut conn = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
+    let request = format!("{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut answer)).await.expect("an answer").unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{answer}"));
+    let head = answer.split("\r\n\r\n").next().unwrap_or_default().to_string();
+    (status, head)
+}
