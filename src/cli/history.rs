@@ -69,6 +69,8 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
             until_ms: None,
             search: o.search.clone().unwrap_or_default(),
             never_answered: duration("never-answered", &o.never_answered)?,
+            // The CLI lists what the history holds, an operator's replays included.
+            replays: true,
         };
         let page = query::list(&mut ops.conn(), &config.redis.key_prefix, &f, o.limit, config.ui.history_max).await?;
         if o.target.json {
