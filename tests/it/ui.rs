@@ -343,6 +343,10 @@ async fn on_loopback_without_a_token_the_pages_open_and_never_show_tokens_or_tex
         rows.body.trim_start().starts_with("<tr data-received=") && rows.body.contains(&href),
         "the live list's rows alone"
     );
+    let received: u64 = rows.body.split("data-received=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+    let newer = |after: u64| format!("/ui/deliveries?rows=1&after={after}");
+    assert!(!page(port, &newer(received), "", None).await.body.contains(&href), "the poll asks only for newer rows");
+    assert!(page(port, &newer(received - 1), "", None).await.body.contains(&href));
     let overview = page(port, "/ui/", "", None).await;
     assert!(overview.body.contains("of Slack&#39;s 1 delivery in"), "{}", overview.body);
 }
