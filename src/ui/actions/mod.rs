@@ -146,18 +146,20 @@ fn once(ctx: &Context<'_>) -> Once {
     Once::new(ctx.ops.conn(), &ctx.ops.config().redis.key_prefix)
 }
 
-/// The form's nonce, or the page that says the form is out of date.
-fn nonce_of(ctx: &Context<'_>, req: &Request, field: &str) -> Result<String, Reply> {
-    match form_field(req, field) {
-        Some(n) if once::valid(&n) => Ok(n),
-        _ => Err(message(
-            Some(ctx.viewer),
-            StatusCode::BAD_REQUEST,
-            "Reload the page",
-            "This form is out of date (it carries no one-time token): nothing was done. Reload the page and try again.",
-            "/ui/deliveries",
-        )),
-    }
+/// The form's nonce, when it carries one this module made.
+fn nonce_of(req: &Request, field: &str) -> Option<String> {
+    form_field(req, field).filter(|n| once::valid(n))
+}
+
+/// The page for a form without a nonce (a page made before them, or a hand-made POST).
+fn stale_form(ctx: &Context<'_>) -> Reply {
+    message(
+        Some(ctx.viewer),
+        StatusCode::BAD_REQUEST,
+        "Reload the page",
+        "This form is out of date (it carries no one-time token): nothing was done. Reload the page and try again.",
+        "/ui/deliveries",
+    )
 }
 
 /// The page for a form sent again: what it did the first time, and that nothing more was.
@@ -172,9 +174,8 @@ fn already(ctx: &Context<'_>, nonce: &str, done: &Done, nothing: &str) -> Reply 
 
 async fn replay_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Result<Reply, Failure> {
     known(ctx, app)?;
-    let nonce = match nonce_of(ctx, req, "nonce") {
-        Ok(n) => n,
-        Err(page) => return Ok(page),
+    let Some(nonce) = nonce_of(req, "nonce") else {
+        return Ok(stale_form(ctx));
     };
     let mut once = once(ctx);
     if let Some(done) = once.claim(&nonce).await? {
@@ -242,9 +243,8 @@ async fn replay_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Re
 
 async fn purge_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Result<Reply, Failure> {
     known(ctx, app)?;
-    let nonce = match nonce_of(ctx, req, "nonce") {
-        Ok(n) => n,
-        Err(page) => return Ok(page),
+    let Some(nonce) = nonce_of(req, "nonce") else {
+        return Ok(stale_form(ctx));
     };
     let mut once = once(ctx);
     if let Some(done) = once.claim(&nonce).await? {
@@ -304,9 +304,9 @@ struct ConfirmPage<'a> {
 async fn bulk(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> {
     match form_field(req, "confirm") {
         None => confirm(ctx, req).await,
-        Some(_) => match nonce_of(ctx, req, "confirm") {
-            Ok(nonce) => bulk_replay(ctx, &nonce).await,
-            Err(page) => Ok(page),
+        Some(_) => match nonce_of(req, "confirm") {
+            Some(nonce) => bulk_replay(ctx, &nonce).await,
+            None => Ok(stale_form(ctx)),
         },
     }
 }
