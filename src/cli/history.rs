@@ -69,6 +69,8 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
             until_ms: None,
             search: o.search.clone().unwrap_or_default(),
             never_answered: duration("never-answered", &o.never_answered)?,
+            // The CLI lists what the history holds, an operator's replays included.
+            replays: true,
         };
         if !config.ui.keeps_history() {
             anyhow::bail!("the delivery history is off ([ui] history = \"off\"): nothing is kept or shown");

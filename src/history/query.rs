@@ -39,6 +39,9 @@ pub struct Filter {
     pub search: String,
     /// Mentions and DMs delivered this long ago or longer with no reply attributed to them.
     pub never_answered: Option<Duration>,
+    /// Also an operator's replays (arrivals `via = "replay"`), which are left out otherwise
+    /// (a delivery searched for by its id is always found).
+    pub replays: bool,
 }
 
 /// One delivery as the list shows it.
@@ -85,13 +88,18 @@ impl Summary {
         };
         let unanswered = f.never_answered.is_none_or(|within| {
             let delivered = self.num("delivered");
+            // A duration from a query string can be anything: saturate, never overflow.
+            let within = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
             self.get("asks") == "1"
                 && self.get("status") == "delivered"
                 && self.num("replies") == 0
                 && delivered > 0
-                && delivered + within.as_millis() as u64 <= now_ms
+                && delivered.saturating_add(within) <= now_ms
         });
-        self.arrival_matches(f) && status_ok && unanswered
+        // Replays match only when asked for (or named by their id), so "what to replay" never
+        // grows with what it replayed.
+        let replay_ok = f.replays || self.get("via") != "replay" || self.id == f.search.trim();
+        self.arrival_matches(f) && status_ok && unanswered && replay_ok
     }
 }
 
@@ -351,6 +359,19 @@ mod tests {
         assert!(s.matches(&never, 61_000));
         let answered = summary(&[("asks", "1"), ("status", "delivered"), ("delivered", "1000"), ("replies", "1")]);
         assert!(!answered.matches(&never, 61_000));
+        let forever = f(|f| f.never_answered = Some(Duration::from_millis(u64::MAX)));
+        assert!(!s.matches(&forever, 61_000), "a huge wait saturates");
+        let forever = f(|f| f.never_answered = Some(Duration::MAX));
+        assert!(!s.matches(&forever, 61_000), "a wait past u64 ms saturates");
+    }
+
+    #[test]
+    fn an_operators_replay_is_listed_only_when_asked_for() {
+        let replay = summary(&[("status", "delivered"), ("via", "replay")]);
+        assert!(!replay.matches(&Filter::default(), 0));
+        assert!(replay.matches(&Filter { replays: true, ..Filter::default() }, 0));
+        assert!(replay.matches(&Filter { search: "0-abc".into(), ..Filter::default() }, 0), "found by its id");
+        assert!(summary(&[("status", "delivered"), ("via", "http")]).matches(&Filter::default(), 0));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::history::query::{self, Summary};
 use crate::ops::Ops;
 use crate::shared::Shared;
 
-pub use super::actions::listing::{filter_fields, filter_of, FormFilter};
+pub use super::actions::listing::{filter_fields, filter_of, newer_than, no_app, FormFilter};
 
 /// What every page handler gets.
 pub struct Context<'a> {
@@ -43,6 +43,7 @@ pub async fn get(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> {
         [] => overview(ctx).await,
         ["deliveries"] => deliveries(ctx, req).await,
         ["d", app, id] => delivery(ctx, app, id).await,
+        ["done", nonce] => super::actions::result(ctx, nonce).await,
         _ => Ok(message(Some(ctx.viewer), StatusCode::NOT_FOUND, "Not found", "There is no such page.", "/ui/")),
     }
 }
@@ -208,6 +209,10 @@ pub fn risk(hour: &query::Counts) -> (&'static str, &'static str, String) {
 /// A row of the list.
 pub struct Row {
     pub href: String,
+    /// Arrival (ms): the live list asks for rows after its newest.
+    pub received: u64,
+    /// Sent again by an operator.
+    pub replay: bool,
     pub when: String,
     pub app: String,
     pub what: String,
@@ -224,6 +229,8 @@ impl From<&Summary> for Row {
     fn from(s: &Summary) -> Row {
         Row {
             href: format!("/ui/d/{}/{}", s.app, s.id),
+            received: s.received(),
+            replay: s.get("via") == "replay",
             when: clock(s.received()),
             app: s.app.clone(),
             what: format!("{} {}", s.get("kind"), s.get("detail")).trim().to_string(),
@@ -264,6 +271,8 @@ struct DeliveriesPage<'a> {
     older_href: String,
     can_act: bool,
     filter_fields: Vec<(&'static str, String)>,
+    /// When the page was made (ms): the live list asks for what arrives after it.
+    now_ms: u64,
 }
 
 pub const STATUSES: &[&str] =
@@ -276,7 +285,9 @@ pub const WAITS: &[(&str, &str)] =
 async fn deliveries(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> {
     let config = ctx.ops.config();
     let form = FormFilter::from_request(req);
-    let f = filter_of(config, &form, crate::clock::now_ms())?;
+    let now_ms = crate::clock::now_ms();
+    let mut f = filter_of(config, &form, now_ms)?;
+    newer_than(&mut f, &req.param("after").unwrap_or_default())?;
     let limit = 50;
     // With the history off nothing kept is shown (the writer deletes it within seconds).
     let page = match config.ui.keeps_history() {
@@ -305,6 +316,7 @@ async fn deliveries(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> 
         older_href: format!("/ui/deliveries?{qs}&until={older}"),
         can_act: ctx.can_act(),
         filter_fields: filter_fields(&form),
+        now_ms,
         f: form,
         rows,
         any_filter,
@@ -339,11 +351,18 @@ struct DeliveryPage<'a> {
     replayable: bool,
     body: Option<String>,
     show_text: bool,
+    /// Each form's one-time token: sent twice, it acts once.
+    replay_nonce: String,
+    purge_nonce: String,
 }
 
 async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failure> {
     let config = ctx.ops.config();
-    let found = match config.ui.keeps_history() && config.apps.iter().any(|a| a.name == app) {
+    if !config.apps.iter().any(|a| a.name == app) {
+        return Err(no_app(app));
+    }
+    // With the history off nothing kept is shown (the writer deletes it within seconds).
+    let found = match config.ui.keeps_history() {
         true => query::show(&mut ctx.ops.conn(), &config.redis.key_prefix, app, id).await.map_err(Failure::redis)?,
         false => None,
     };
@@ -368,6 +387,8 @@ async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failu
         replayable: status == "dead" || (status == "delivered" && d.body.is_some()),
         body: d.body.as_deref().map(|b| redact(b, config.ui.show_text)),
         show_text: config.ui.show_text,
+        replay_nonce: super::actions::once::nonce(),
+        purge_nonce: super::actions::once::nonce(),
         status,
     };
     Ok(render(StatusCode::OK, &page))

@@ -25,11 +25,14 @@ impl Page {
 
     /// The value of the first `name="csrf"` field.
     pub fn csrf(&self) -> String {
-        let at = self
-            .body
-            .find("name=\"csrf\" value=\"")
-            .map(|i| i + 19)
-            .unwrap_or_else(|| panic!("no csrf: {}", self.body));
+        self.field("csrf")
+    }
+
+    /// The value of the first field named `name`.
+    pub fn field(&self, name: &str) -> String {
+        let needle = format!("name=\"{name}\" value=\"");
+        let at =
+            self.body.find(&needle).map(|i| i + needle.len()).unwrap_or_else(|| panic!("no {name}: {}", self.body));
         self.body[at..].split('"').next().unwrap().to_string()
     }
 
@@ -127,7 +130,7 @@ async fn with_a_token_the_pages_want_a_login_and_a_write_wants_the_pages_own_for
     assert!(shown.body.contains("Replay this dead letter"), "{}", shown.body);
     let csrf = shown.csrf();
     let replay = format!("{href}/replay");
-    let form = format!("csrf={csrf}");
+    let form = format!("csrf={csrf}&nonce={}", shown.field("nonce"));
     for (why, body, origin) in [
         ("no Origin", form.as_str(), None),
         ("another site's form", form.as_str(), Some("http://evil.example")),
@@ -148,6 +151,11 @@ async fn with_a_token_the_pages_want_a_login_and_a_write_wants_the_pages_own_for
     assert_eq!((p.status, p.header("location")), (303, href.as_str()));
     assert!(eventually(Duration::from_secs(10), || bot.count() == 2).await, "the replayed dead letter reaches the bot");
     delivery_href(port, &cookie, "EvUiDead", "delivered").await;
+    let again = page(port, &replay, &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("Already done") && again.body.contains("nothing was replayed again"), "{}", again.body);
+    gw.wait_idle_with(Some(ADMIN)).await;
+    assert_eq!(bot.count(), 2, "the same form sent twice replays once");
 
     let out = page(port, "/ui/logout", &cookie, Some((&form, Some(&origin)))).await;
     assert_eq!((out.status, out.header("location")), (303, "/ui/login"));
@@ -172,16 +180,142 @@ async fn bulk_replay_states_the_count_then_replays_everything_the_filter_matches
     until(Duration::from_secs(10), async || dead_in("C1").await == 3 && dead_in("C2").await == 1).await;
     assert_eq!((dead_in("C1").await, dead_in("C2").await), (3, 1));
     let list = page(port, "/ui/deliveries?channel=C1&status=dead", &cookie, None).await;
-    let form = format!("csrf={}&channel=C1&status=dead", list.csrf());
+    let csrf = list.csrf();
+    let form = format!("csrf={csrf}&channel=C1&status=dead");
     let confirm = page(port, "/ui/replay", &cookie, Some((&form, Some(&origin)))).await;
     assert_eq!(confirm.status, 200);
     assert!(confirm.body.contains("Replay 3 deliveries?"), "{}", confirm.body);
     assert_eq!(bot.count(), 4, "nothing sent before the confirmation");
     bot.set_default(Reply::status(200));
-    let done = page(port, "/ui/replay", &cookie, Some((&format!("{form}&confirm=3"), Some(&origin)))).await;
-    assert!(done.body.contains("Replayed 3 deliveries"), "{}", done.body);
+    let confirmed = format!("csrf={csrf}&confirm={}", confirm.field("confirm"));
+    let done = page(port, "/ui/replay", &cookie, Some((&confirmed, Some(&origin)))).await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let result = page(port, done.header("location"), &cookie, None).await;
+    assert!(result.body.contains("Replayed 3 of the 3 deliveries confirmed"), "{}", result.body);
     assert!(eventually(Duration::from_secs(10), || bot.count() == 7).await, "{} reached the bot", bot.count());
     assert_eq!(dead_in("C2").await, 1, "what the filter did not match stays dead");
+}
+
+/// Issue 32: a confirmation that said "Replay 4" and was sent again (a reload) replayed what
+/// matched then, replays included: 4, then 8, then 16.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_replay_sent_twice_replays_what_was_confirmed_once() {
+    let (_redis, bot, gw) = with_tokens("uionce").await;
+    bot.set_default(Reply::status(200));
+    let port = gw.admin_port;
+    let origin = format!("http://127.0.0.1:{port}");
+    let cookie = login(port, ADMIN).await;
+    for i in 0..4 {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", event(&format!("EvOnce{i}")), SECRET)).await.0, 200);
+    }
+    let listed = async |query: &str| {
+        let p = page(port, &format!("/ui/deliveries?status=delivered{query}"), &cookie, None).await;
+        p.body.matches("href=\"/ui/d/").count()
+    };
+    until(Duration::from_secs(10), async || listed("").await == 4).await;
+    assert_eq!(listed("").await, 4);
+    let csrf = page(port, "/ui/deliveries", &cookie, None).await.csrf();
+    let ask = async || {
+        page(port, "/ui/replay", &cookie, Some((&format!("csrf={csrf}&status=delivered"), Some(&origin)))).await
+    };
+    let confirm = ask().await;
+    assert!(confirm.body.contains("Replay 4 deliveries?"), "{}", confirm.body);
+
+    // One more arrives between the count and the confirmation: it was not confirmed.
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvOnceLate"), SECRET)).await.0, 200);
+    until(Duration::from_secs(10), async || listed("").await == 5).await;
+    let confirmed = format!("csrf={csrf}&confirm={}", confirm.field("confirm"));
+    let done = page(port, "/ui/replay", &cookie, Some((&confirmed, Some(&origin)))).await;
+    assert_eq!(done.status, 303, "the answer is a redirect to the result: {}", done.body);
+    let result_href = done.header("location").to_string();
+    assert!(result_href.starts_with("/ui/done/"), "{result_href}");
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 9).await, "{} reached the bot", bot.count());
+    for _ in 0..2 {
+        let result = page(port, &result_href, &cookie, None).await;
+        assert!(result.body.contains("Replayed 4 of the 4 deliveries confirmed"), "{}", result.body);
+    }
+    let again = page(port, "/ui/replay", &cookie, Some((&confirmed, Some(&origin)))).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("Already done") && again.body.contains("nothing was replayed again"), "{}", again.body);
+    gw.wait_idle_with(Some(ADMIN)).await;
+    assert_eq!(bot.count(), 9, "the result page reloaded and the form sent again replay nothing more");
+
+    // The replays are marked: listed when asked for, never counted again by default.
+    until(Duration::from_secs(10), async || listed("&replays=1").await == 9).await;
+    assert_eq!((listed("").await, listed("&replays=1").await), (5, 9));
+    let fresh = ask().await;
+    assert!(fresh.body.contains("Replay 5 deliveries?"), "replays left out: {}", fresh.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purging_twice_purges_once_and_says_so() {
+    let (_redis, _bot, gw) = with_tokens("uipurge").await;
+    let port = gw.admin_port;
+    let origin = format!("http://127.0.0.1:{port}");
+    let cookie = login(port, ADMIN).await;
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvUiPurge"), SECRET)).await.0, 200);
+    let href = delivery_href(port, &cookie, "EvUiPurge", "dead").await;
+    let shown = page(port, &href, &cookie, None).await;
+    let nonces: Vec<&str> =
+        shown.body.split("name=\"nonce\" value=\"").skip(1).map(|r| r.split('"').next().unwrap()).collect();
+    assert_eq!(nonces.len(), 2, "the replay and the purge forms: {}", shown.body);
+    let form = format!("csrf={}&nonce={}", shown.csrf(), nonces[1]);
+    let purge = format!("{href}/purge");
+    let done = page(port, &purge, &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert!(page(port, done.header("location"), &cookie, None).await.body.contains("Purged"));
+    let again = page(port, &purge, &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("Already done"), "{}", again.body);
+    // A fresh page's form: the letter is gone, and the page says it was done already.
+    let fresh = format!("csrf={}&nonce={}", shown.csrf(), "0123456789abcdef0123456789abcdef");
+    let gone = page(port, &purge, &cookie, Some((&fresh, Some(&origin)))).await;
+    assert_eq!(gone.status, 409, "{}", gone.body);
+    assert!(gone.body.contains("Already done") && gone.body.contains("purged or replayed already"), "{}", gone.body);
+}
+
+/// Issue 32: `?never=<huge>` overflowed an addition (a panic in a debug build); an unknown
+/// app answered 400, or 503 for a purge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_time_answers_a_page_and_an_unknown_app_is_not_found() {
+    let redis = RedisServer::start();
+    let bot = Receiver::start(SECRET).await;
+    let cfg = GatewayConfig::new(&redis.url(), &prefix("uihuge"), &bot.url());
+    let gw = Gateway::start(&cfg).await;
+    let port = gw.admin_port;
+    let origin = format!("http://127.0.0.1:{port}");
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event("EvUiHuge"), SECRET)).await.0, 200);
+    delivery_href(port, "", "EvUiHuge", "delivered").await;
+    for (query, status) in [
+        ("never=18446744073709551615ms", 200),
+        ("never=213503982334d", 200),
+        ("never=99999999999999999999d", 400),
+        ("since=18446744073709551615ms", 200),
+        ("until=18446744073709551615", 200),
+        ("until=99999999999999999999", 400),
+        ("rows=1&after=18446744073709551615", 200),
+        ("rows=1&never=18446744073709551615ms&after=0", 200),
+    ] {
+        let p = page(port, &format!("/ui/deliveries?{query}"), "", None).await;
+        assert_eq!(p.status, status, "{query}: {}", p.body);
+    }
+    let all = page(port, "/ui/deliveries?never=18446744073709551615ms", "", None).await;
+    assert!(all.body.contains("Nothing matches"), "nothing was delivered that long ago: {}", all.body);
+
+    let csrf = page(port, "/ui/deliveries", "", None).await.csrf();
+    let nonce = "0123456789abcdef0123456789abcdef";
+    for (path, form) in [
+        ("/ui/deliveries?app=nope", None),
+        ("/ui/deliveries?app=nope&rows=1", None),
+        ("/ui/d/nope/0-0123456789abcdef", None),
+        ("/ui/replay", Some(format!("csrf={csrf}&app=nope"))),
+        ("/ui/d/nope/0-0123456789abcdef/replay", Some(format!("csrf={csrf}&nonce={nonce}"))),
+        ("/ui/d/nope/0-0123456789abcdef/purge", Some(format!("csrf={csrf}&nonce={nonce}"))),
+    ] {
+        let p = page(port, path, "", form.as_deref().map(|f| (f, Some(origin.as_str())))).await;
+        assert_eq!(p.status, 404, "{path}: {}", p.body);
+        assert!(p.body.contains("no app named nope"), "{path}: {}", p.body);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,7 +339,14 @@ async fn on_loopback_without_a_token_the_pages_open_and_never_show_tokens_or_tex
     assert!(!shown.body.contains("&lt;@B1&gt; hi") && !shown.body.contains("<@B1> hi"), "no text with show_text off");
     assert!(!shown.body.contains("\"x\"") && !shown.body.contains("&#34;x&#34;"), "never the verification token");
     let rows = page(port, "/ui/deliveries?rows=1", "", None).await;
-    assert!(rows.body.trim_start().starts_with("<tr>") && rows.body.contains(&href), "the live list's rows alone");
+    assert!(
+        rows.body.trim_start().starts_with("<tr data-received=") && rows.body.contains(&href),
+        "the live list's rows alone"
+    );
+    let received: u64 = rows.body.split("data-received=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+    let newer = |after: u64| format!("/ui/deliveries?rows=1&after={after}");
+    assert!(!page(port, &newer(received), "", None).await.body.contains(&href), "the poll asks only for newer rows");
+    assert!(page(port, &newer(received - 1), "", None).await.body.contains(&href));
     let overview = page(port, "/ui/", "", None).await;
     assert!(overview.body.contains("of Slack&#39;s 1 delivery in"), "{}", overview.body);
 }

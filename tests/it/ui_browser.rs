@@ -2,8 +2,9 @@
 //! running gateway with real deliveries (issue 20): a login (and a wrong token refused), the
 //! list filtered by channel and status, a delivery's attempts and the reply the bot wrote
 //! through the egress, a cross-site form refused, a dead letter replayed and delivered, the
-//! live list gaining a row without a reload, and no message text with `show_text` off. Each
-//! page is photographed into `target/screenshots/`.
+//! live list gaining a row without a reload, and no message text with `show_text` off; a
+//! session that ends while the list is open takes the page to the login. Each page is
+//! photographed into `target/screenshots/`.
 
 use std::time::Duration;
 
@@ -24,7 +25,8 @@ fn mention(event_id: &str, ts: &str, channel: &str) -> Vec<u8> {
 }
 
 struct Site {
-    _redis: RedisServer,
+    redis: RedisServer,
+    prefix: String,
     slack: FakeSlack,
     bot: Receiver,
     gw: Gateway,
@@ -34,11 +36,12 @@ async fn site() -> Site {
     let redis = RedisServer::start();
     let slack = FakeSlack::start().await;
     let bot = Receiver::start(SECRET).await;
-    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("uibrowser"), &bot.url());
+    let prefix = prefix("uibrowser");
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix, &bot.url());
     cfg.server = "admin_token = \"${SG_ADMIN_TOKEN}\"".into();
     cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
     let gw = Gateway::start_with_env(&cfg, &[("SG_ADMIN_TOKEN", ADMIN)]).await;
-    Site { _redis: redis, slack, bot, gw }
+    Site { redis, prefix, slack, bot, gw }
 }
 
 async fn log_in(b: &Browser, base: &str) {
@@ -157,4 +160,22 @@ async fn the_list_gains_a_row_without_a_reload() {
     assert!(b.text("#live").await.contains("new"), "the change is announced");
     b.phone().await;
     b.screenshot("ui_deliveries_phone").await;
+}
+
+/// Issue 32: the live list's poll followed the redirect of an ended session and drew the
+/// login page inside the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_session_takes_the_open_list_to_the_login() {
+    let s = site().await;
+    let base = format!("http://127.0.0.1:{}", s.gw.admin_port);
+    let b = Browser::start().await;
+    log_in(&b, &base).await;
+    b.goto(&format!("{base}/ui/deliveries")).await;
+    b.wait_for("table[data-live]", LIMIT).await;
+    let sessions = s.redis.keys(&format!("{{{}:ui}}:s:*", s.prefix));
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let _: () = redis::cmd("DEL").arg(&sessions).query(&mut s.redis.conn()).unwrap();
+    b.wait_until("the login", LIMIT, async || b.url().await.ends_with("/ui/login")).await.unwrap();
+    b.wait_for("input[name=token]", LIMIT).await;
+    assert!(!b.exists("#rows").await, "the login is a page of its own, not rows of the table");
 }

@@ -22,10 +22,12 @@ pub struct FormFilter {
     pub q: String,
     /// Older than this arrival (ms): the next page.
     pub until: String,
+    /// `1`: an operator's replays too (left out otherwise, so a replay is not replayed again).
+    pub replays: String,
 }
 
 /// The names the form uses, in the order a query string lists them.
-const NAMES: [&str; 9] = ["app", "team", "channel", "kind", "status", "since", "never", "q", "until"];
+const NAMES: [&str; 10] = ["app", "team", "channel", "kind", "status", "since", "never", "q", "until", "replays"];
 
 impl FormFilter {
     pub fn from_request(req: &Request) -> FormFilter {
@@ -40,11 +42,23 @@ impl FormFilter {
             never: get("never"),
             q: get("q"),
             until: get("until"),
+            replays: if get("replays").is_empty() { String::new() } else { "1".into() },
         }
     }
 
-    fn values(&self) -> [&str; 9] {
-        [&self.app, &self.team, &self.channel, &self.kind, &self.status, &self.since, &self.never, &self.q, &self.until]
+    fn values(&self) -> [&str; 10] {
+        [
+            &self.app,
+            &self.team,
+            &self.channel,
+            &self.kind,
+            &self.status,
+            &self.since,
+            &self.never,
+            &self.q,
+            &self.until,
+            &self.replays,
+        ]
     }
 
     /// Something narrows the list.
@@ -63,8 +77,15 @@ impl FormFilter {
 
     /// In words, for the confirmation.
     pub fn described(&self) -> String {
-        let parts: Vec<String> =
-            NAMES.iter().zip(self.values()).filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k} = {v}")).collect();
+        let parts: Vec<String> = NAMES
+            .iter()
+            .zip(self.values())
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| match *k {
+                "replays" => "an operator's replays included".to_string(),
+                k => format!("{k} = {v}"),
+            })
+            .collect();
         if parts.is_empty() {
             "everything in the history".into()
         } else {
@@ -82,6 +103,23 @@ fn bad(text: String) -> Failure {
     Failure { status: StatusCode::BAD_REQUEST, text }
 }
 
+/// An app the config does not name: a page that is not there.
+pub fn no_app(app: &str) -> Failure {
+    Failure { status: StatusCode::NOT_FOUND, text: format!("There is no app named {app}.") }
+}
+
+/// A duration in ms, saturating (a query string can ask for any number of days).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn time_ms(key: &str, v: &str) -> Result<Option<u64>, Failure> {
+    match v {
+        "" => Ok(None),
+        v => v.parse().map(Some).map_err(|_| bad(format!("{key}: `{v}` is not a time in ms"))),
+    }
+}
+
 fn duration(key: &str, v: &str) -> Result<Option<Duration>, Failure> {
     if v.is_empty() {
         return Ok(None);
@@ -94,11 +132,7 @@ pub fn filter_of(config: &Config, f: &FormFilter, now: u64) -> Result<Filter, Fa
     let apps = match f.app.as_str() {
         "" => config.apps.iter().map(|a| a.name.clone()).collect(),
         a if config.apps.iter().any(|c| c.name == a) => vec![a.to_string()],
-        a => return Err(bad(format!("no app named {a}"))),
-    };
-    let until = match f.until.as_str() {
-        "" => None,
-        u => Some(u.parse().map_err(|_| bad(format!("until: `{u}` is not a time in ms")))?),
+        a => return Err(no_app(a)),
     };
     Ok(Filter {
         apps,
@@ -106,9 +140,19 @@ pub fn filter_of(config: &Config, f: &FormFilter, now: u64) -> Result<Filter, Fa
         channel: f.channel.clone(),
         kind: f.kind.clone(),
         status: f.status.clone(),
-        since_ms: duration("since", &f.since)?.map(|d| now.saturating_sub(d.as_millis() as u64)),
-        until_ms: until,
+        since_ms: duration("since", &f.since)?.map(|d| now.saturating_sub(millis(d))),
+        until_ms: time_ms("until", &f.until)?,
         search: f.q.clone(),
         never_answered: duration("never", &f.never)?,
+        replays: !f.replays.is_empty(),
     })
+}
+
+/// Narrow `f` to arrivals after `after` (ms, exclusive): the live list's poll asks only for
+/// rows newer than the ones it has, so one poll reads only the index entries past them.
+pub fn newer_than(f: &mut Filter, after: &str) -> Result<(), Failure> {
+    if let Some(after) = time_ms("after", after)? {
+        f.since_ms = Some(f.since_ms.unwrap_or(0).max(after.saturating_add(1)));
+    }
+    Ok(())
 }

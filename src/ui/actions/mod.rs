@@ -1,10 +1,12 @@
-//! What the pages' buttons do: log out, replay or purge one delivery, and replay everything a
-//! filter matches (after a page that states the count). Every one passes [`auth`]'s rule
-//! for writes first; the result is a 303 to the page that shows it.
+//! What the pages' buttons do: log out, replay or purge one delivery, and replay what a
+//! filter matched (after a page that states the count). Every one passes [`auth`]'s rule
+//! for writes first, then acts once per form ([`once`]): the result is a 303 to the page
+//! that shows it, and the same form sent again does nothing more and says so.
 //!
 //! A dead letter is replayed in place (back on the outbox, same id). A delivered one is sent
-//! to the bot again as a new delivery, recorded from the body the history kept: its page
-//! links the two.
+//! to the bot again as a new delivery, recorded from the body the history kept, marked as an
+//! operator's replay (`via = "replay"`): its page links the two, and filters leave replays out
+//! unless asked, so a replay is never replayed again by accident.
 
 use askama::Template;
 use http::StatusCode;
@@ -12,13 +14,16 @@ use http::StatusCode;
 use super::auth::{self, UiAuth, WriteRefused};
 use super::pages::{message, render, Context, Nav};
 use super::{nav, redirect, Failure, Reply, Request};
+use crate::clock::hms;
 use crate::history::query::{self, Detail};
 use crate::history::{Arrival, Note, What};
 use crate::ops::Redelivery;
 
 pub mod listing;
+pub mod once;
 
-use listing::{filter_fields, filter_of, FormFilter};
+use listing::{filter_of, no_app, FormFilter};
+use once::{Done, Once, Taken};
 
 /// A form's own field (never the query's: the CSRF token comes in the body).
 fn form_field(req: &Request, key: &str) -> Option<String> {
@@ -45,8 +50,8 @@ pub async fn post(ctx: &Context<'_>, ui_auth: &UiAuth, req: &Request) -> Result<
         return Ok(refused(ctx, why));
     }
     match parts.as_slice() {
-        ["d", app, id, "replay"] => replay_one(ctx, app, id).await,
-        ["d", app, id, "purge"] => purge_one(ctx, app, id).await,
+        ["d", app, id, "replay"] => replay_one(ctx, req, app, id).await,
+        ["d", app, id, "purge"] => purge_one(ctx, req, app, id).await,
         ["replay"] => bulk(ctx, req).await,
         ["sessions", "revoke"] => end_sessions(ui_auth, req).await,
         _ => Ok(message(Some(ctx.viewer), StatusCode::NOT_FOUND, "Not found", "There is no such action.", "/ui/")),
@@ -65,9 +70,17 @@ fn ops_failure(e: crate::ops::OpsError) -> Failure {
     Failure { status: StatusCode::SERVICE_UNAVAILABLE, text: e.to_string() }
 }
 
+fn known(ctx: &Context<'_>, app: &str) -> Result<(), Failure> {
+    match ctx.ops.config().apps.iter().any(|a| a.name == app) {
+        true => Ok(()),
+        false => Err(no_app(app)),
+    }
+}
+
 async fn load(ctx: &Context<'_>, app: &str, id: &str) -> Result<Option<Detail>, Failure> {
     let config = ctx.ops.config();
-    if !config.apps.iter().any(|a| a.name == app) {
+    // With the history off nothing kept can be acted on (the writer deletes it within seconds).
+    if !config.ui.keeps_history() || !config.apps.iter().any(|a| a.name == app) {
         return Ok(None);
     }
     query::show(&mut ctx.ops.conn(), &config.redis.key_prefix, app, id).await.map_err(Failure::redis)
@@ -89,7 +102,9 @@ async fn replay(ctx: &Context<'_>, app: &str, id: &str, d: &Detail) -> Result<Re
                 replayed(String::new());
                 Ok(Replayed::Dead)
             }
-            Err(crate::ops::OpsError::NotDead(_)) => Ok(Replayed::Not("it is no longer a dead letter".into())),
+            Err(crate::ops::OpsError::NotDead(_)) => {
+                Ok(Replayed::Not("it is no longer a dead letter (replayed or purged already)".into()))
+            }
             Err(e) => Err(ops_failure(e)),
         },
         ("delivered", Some(body)) => {
@@ -137,47 +152,146 @@ fn arrival_of_replay(app: &str, new_id: &str, d: &Detail, body: &str) -> Note {
     }
 }
 
-async fn replay_one(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failure> {
-    let Some(d) = load(ctx, app, id).await? else {
-        return Ok(message(
-            Some(ctx.viewer),
-            StatusCode::NOT_FOUND,
-            "Not found",
-            "No such delivery in the history.",
-            "/ui/deliveries",
-        ));
-    };
-    Ok(match replay(ctx, app, id, &d).await? {
-        Replayed::Dead => redirect(&format!("/ui/d/{app}/{id}")),
-        Replayed::Again(new_id) => redirect(&format!("/ui/d/{app}/{new_id}")),
-        Replayed::Not(why) => message(
-            Some(ctx.viewer),
-            StatusCode::CONFLICT,
-            "Not replayed",
-            &format!("Not replayed: {why}."),
-            &format!("/ui/d/{app}/{id}"),
-        ),
-    })
+fn once(ctx: &Context<'_>) -> Once {
+    Once::new(ctx.ops.conn(), &ctx.ops.config().redis.key_prefix)
 }
 
-async fn purge_one(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failure> {
+/// The form's nonce, when it carries one this module made.
+fn nonce_of(req: &Request, field: &str) -> Option<String> {
+    form_field(req, field).filter(|n| once::valid(n))
+}
+
+/// The page for a form without a nonce (a page made before them, or a hand-made POST).
+fn stale_form(ctx: &Context<'_>) -> Reply {
+    message(
+        Some(ctx.viewer),
+        StatusCode::BAD_REQUEST,
+        "Reload the page",
+        "This form is out of date (it carries no one-time token): nothing was done. Reload the page and try again.",
+        "/ui/deliveries",
+    )
+}
+
+/// The page for a form sent again: what it did the first time, and that nothing more was.
+fn already(ctx: &Context<'_>, nonce: &str, done: &Done, nothing: &str) -> Reply {
+    let what = match done.finished {
+        true => format!(" It did this: {}", done.text),
+        false => " It has not recorded its result (still at work, or its gateway stopped).".into(),
+    };
+    let text = format!("Already done: this form was sent at {} UTC; {nothing}.{what}", hms(done.at_ms));
+    message(Some(ctx.viewer), StatusCode::CONFLICT, "Already done", &text, &format!("/ui/done/{nonce}"))
+}
+
+async fn replay_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Result<Reply, Failure> {
+    known(ctx, app)?;
+    let Some(nonce) = nonce_of(req, "nonce") else {
+        return Ok(stale_form(ctx));
+    };
+    let mut once = once(ctx);
+    if let Some(done) = once.claim(&nonce).await? {
+        return Ok(already(ctx, &nonce, &done, "nothing was replayed again"));
+    }
     let back = format!("/ui/d/{app}/{id}");
+    let result = match load(ctx, app, id).await {
+        Ok(Some(d)) => replay(ctx, app, id, &d).await.map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let replayed = match result {
+        Ok(r) => r,
+        Err(e) => {
+            once.release(&nonce).await;
+            return Err(e);
+        }
+    };
+    let at_ms = crate::clock::now_ms();
+    let (done, reply) = match replayed {
+        Some(Replayed::Dead) => {
+            let text = format!("The dead letter {id} went back to the outbox.");
+            (
+                Done {
+                    at_ms,
+                    heading: "Replayed".into(),
+                    text,
+                    links: vec![(back.clone(), id.into())],
+                    ..Done::default()
+                },
+                redirect(&back),
+            )
+        }
+        Some(Replayed::Again(new_id)) => {
+            let to = format!("/ui/d/{app}/{new_id}");
+            let text = format!("{id} was sent to the bot again as {new_id}.");
+            (
+                Done { at_ms, heading: "Replayed".into(), text, links: vec![(to.clone(), new_id)], ..Done::default() },
+                redirect(&to),
+            )
+        }
+        Some(Replayed::Not(why)) => {
+            let text = format!("Not replayed: {why}.");
+            let page = message(Some(ctx.viewer), StatusCode::CONFLICT, "Not replayed", &text, &back);
+            (
+                Done {
+                    at_ms,
+                    heading: "Not replayed".into(),
+                    text,
+                    links: vec![(back.clone(), id.into())],
+                    ..Done::default()
+                },
+                page,
+            )
+        }
+        None => {
+            let text = "No such delivery in the history.".to_string();
+            let page = message(Some(ctx.viewer), StatusCode::NOT_FOUND, "Not found", &text, "/ui/deliveries");
+            (Done { at_ms, heading: "Not found".into(), text, ..Done::default() }, page)
+        }
+    };
+    once.finish(&nonce, &done).await?;
+    Ok(reply)
+}
+
+async fn purge_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Result<Reply, Failure> {
+    known(ctx, app)?;
+    let Some(nonce) = nonce_of(req, "nonce") else {
+        return Ok(stale_form(ctx));
+    };
+    let mut once = once(ctx);
+    if let Some(done) = once.claim(&nonce).await? {
+        return Ok(already(ctx, &nonce, &done, "nothing was purged again"));
+    }
+    let at_ms = crate::clock::now_ms();
+    let dead = "/ui/deliveries?status=dead".to_string();
     match ctx.ops.purge(Some(app), id).await {
-        Ok(()) => Ok(message(
-            Some(ctx.viewer),
-            StatusCode::OK,
-            "Purged",
-            &format!("The dead letter {id} and its body are gone from the outbox."),
-            "/ui/deliveries?status=dead",
-        )),
-        Err(crate::ops::OpsError::NotDead(_)) => Ok(message(
-            Some(ctx.viewer),
-            StatusCode::CONFLICT,
-            "Not purged",
-            "It is not a dead letter (any more).",
-            &back,
-        )),
-        Err(e) => Err(ops_failure(e)),
+        Ok(()) => {
+            let text = format!("The dead letter {id} and its body are gone from the outbox.");
+            let done = Done {
+                at_ms,
+                heading: "Purged".into(),
+                text,
+                links: vec![(dead, "Dead letters".into())],
+                ..Done::default()
+            };
+            once.finish(&nonce, &done).await?;
+            Ok(redirect(&format!("/ui/done/{nonce}")))
+        }
+        Err(crate::ops::OpsError::NotDead(_)) => {
+            let text = format!("Already done: {id} is not a dead letter any more (it was purged or replayed already); nothing was purged.");
+            let back = format!("/ui/d/{app}/{id}");
+            let done = Done {
+                at_ms,
+                heading: "Not purged".into(),
+                text: text.clone(),
+                links: vec![(back.clone(), id.into())],
+                ..Done::default()
+            };
+            once.finish(&nonce, &done).await?;
+            Ok(message(Some(ctx.viewer), StatusCode::CONFLICT, "Not purged", &text, &back))
+        }
+        Err(e) => {
+            once.release(&nonce).await;
+            Err(ops_failure(e))
+        }
     }
 }
 
@@ -190,49 +304,138 @@ struct ConfirmPage<'a> {
     delivered: usize,
     skipped: usize,
     described: String,
-    filter_fields: Vec<(&'static str, String)>,
+    nonce: String,
+    replays_left_out: bool,
     back: String,
 }
 
-/// Everything the filter matches: first the count to confirm, then the replay.
+/// A bulk replay: first the count to confirm (its ids kept with a nonce), then the replay of
+/// exactly those.
 async fn bulk(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> {
+    match form_field(req, "confirm") {
+        None => confirm(ctx, req).await,
+        Some(_) => match nonce_of(req, "confirm") {
+            Some(nonce) => bulk_replay(ctx, &nonce).await,
+            None => Ok(stale_form(ctx)),
+        },
+    }
+}
+
+async fn confirm(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> {
     let config = ctx.ops.config();
     let form = FormFilter::from_request(req);
     let f = filter_of(config, &form, crate::clock::now_ms())?;
     let cap = config.ui.history_max;
-    let page = query::list(&mut ctx.ops.conn(), &config.redis.key_prefix, &f, cap * f.apps.len().max(1), cap)
-        .await
-        .map_err(Failure::redis)?;
+    let page = match config.ui.keeps_history() {
+        true => query::list(&mut ctx.ops.conn(), &config.redis.key_prefix, &f, cap * f.apps.len().max(1), cap)
+            .await
+            .map_err(Failure::redis)?,
+        false => query::Page::default(),
+    };
     let is = |s: &str| page.rows.iter().filter(|r| r.get("status") == s).count();
     let (dead, delivered) = (is("dead"), is("delivered"));
-    let back = format!("/ui/deliveries?{}", form.query_string());
-    if form_field(req, "confirm").is_none() {
-        let confirm = ConfirmPage {
-            nav: nav(Some(ctx.viewer), "deliveries"),
-            count: dead + delivered,
-            dead,
-            delivered,
-            skipped: page.rows.len() - dead - delivered,
-            described: form.described(),
-            filter_fields: filter_fields(&form),
-            back,
-        };
-        return Ok(render(StatusCode::OK, &confirm));
+    let ids: Vec<(String, String)> = page
+        .rows
+        .iter()
+        .filter(|r| matches!(r.get("status"), "dead" | "delivered"))
+        .map(|r| (r.app.clone(), r.id.clone()))
+        .collect();
+    let nonce = once::nonce();
+    if !ids.is_empty() {
+        once(ctx).stash(&nonce, &ids).await?;
     }
-    let (mut done, mut not) = (0, 0);
-    for r in page.rows.iter().filter(|r| matches!(r.get("status"), "dead" | "delivered")) {
-        let replayed = match load(ctx, &r.app, &r.id).await? {
-            Some(d) => replay(ctx, &r.app, &r.id, &d).await?,
-            None => Replayed::Not("gone".into()),
+    let confirm = ConfirmPage {
+        nav: nav(Some(ctx.viewer), "deliveries"),
+        count: ids.len(),
+        dead,
+        delivered,
+        skipped: page.rows.len() - ids.len(),
+        described: form.described(),
+        nonce,
+        replays_left_out: !f.replays,
+        back: format!("/ui/deliveries?{}", form.query_string()),
+    };
+    Ok(render(StatusCode::OK, &confirm))
+}
+
+/// Links a result page lists at most.
+const MAX_LINKS: usize = 100;
+
+async fn bulk_replay(ctx: &Context<'_>, nonce: &str) -> Result<Reply, Failure> {
+    let mut once = once(ctx);
+    let ids = match once.take(nonce).await? {
+        Taken::Ids(ids) => ids,
+        Taken::Done(done) => return Ok(already(ctx, nonce, &done, "nothing was replayed again")),
+        Taken::Gone => {
+            return Ok(message(
+                Some(ctx.viewer),
+                StatusCode::GONE,
+                "Out of date",
+                "This confirmation is over an hour old (or was never made): nothing was replayed. Go back to the list and confirm again.",
+                "/ui/deliveries",
+            ))
+        }
+    };
+    let mut done = Done { at_ms: crate::clock::now_ms(), heading: "Replayed".into(), ..Done::default() };
+    let (mut replayed, mut not, mut stopped) = (0, 0, None);
+    for (app, id) in &ids {
+        let result = match load(ctx, app, id).await {
+            Ok(Some(d)) => replay(ctx, app, id, &d).await,
+            Ok(None) => Ok(Replayed::Not("gone from the history".into())),
+            Err(e) => Err(e),
         };
-        match replayed {
-            Replayed::Not(_) => not += 1,
-            _ => done += 1,
+        let link = match result {
+            Ok(Replayed::Dead) => (format!("/ui/d/{app}/{id}"), id.clone()),
+            Ok(Replayed::Again(new_id)) => (format!("/ui/d/{app}/{new_id}"), format!("{id} again as {new_id}")),
+            Ok(Replayed::Not(_)) => {
+                not += 1;
+                continue;
+            }
+            Err(e) => {
+                stopped = Some(e.text);
+                break;
+            }
+        };
+        replayed += 1;
+        if done.links.len() < MAX_LINKS {
+            done.links.push(link);
         }
     }
-    let text = format!(
-        "Replayed {done} deliveries{}.",
-        if not > 0 { format!("; {not} had changed meanwhile and were left alone") } else { String::new() }
-    );
-    Ok(message(Some(ctx.viewer), StatusCode::OK, "Replayed", &text, &back))
+    done.text = format!("Replayed {replayed} of the {} deliveries confirmed", ids.len());
+    if not > 0 {
+        done.text += &format!("; {not} had changed meanwhile and were left alone");
+    }
+    if let Some(why) = stopped {
+        done.text += &format!("; it stopped there: {why}");
+    }
+    done.text.push('.');
+    once.finish(nonce, &done).await?;
+    Ok(redirect(&format!("/ui/done/{nonce}")))
+}
+
+#[derive(Template)]
+#[template(path = "ui/done.html")]
+struct DonePage<'a> {
+    nav: Nav<'a>,
+    done: Done,
+    at: String,
+}
+
+/// What a form did, by its nonce: the page a POST sends the browser to (a reload of it sends
+/// nothing).
+pub async fn result(ctx: &Context<'_>, nonce: &str) -> Result<Reply, Failure> {
+    let found = match once::valid(nonce) {
+        true => once(ctx).read(nonce).await?,
+        false => None,
+    };
+    let Some(mut done) = found else {
+        let text = "No such result (results are kept for a day).";
+        return Ok(message(Some(ctx.viewer), StatusCode::NOT_FOUND, "Not found", text, "/ui/deliveries"));
+    };
+    if !done.finished {
+        done.heading = "At work".into();
+        done.text = "It has not recorded its result yet (still at work, or its gateway stopped).".into();
+    }
+    let at = hms(done.at_ms);
+    Ok(render(StatusCode::OK, &DonePage { nav: nav(Some(ctx.viewer), "deliveries"), done, at }))
 }
