@@ -8,6 +8,7 @@ mod bolt;
 mod browser_selftest;
 mod cli;
 mod cluster;
+mod dashboard;
 mod dedupe;
 mod delivery;
 mod edges;
