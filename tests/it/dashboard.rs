@@ -82,7 +82,8 @@ fn without_data(scrape: &str, fallback: bool) -> Vec<(String, Vec<String>)> {
     for expr in dashboard_queries() {
         let flat = expr.split_whitespace().collect::<Vec<_>>().join(" ");
         let missing: Vec<String> = names_in(&expr).into_iter().filter(|n| !have.contains(n)).collect();
-        if !missing.is_empty() && !(fallback && flat.contains("or vector(0)")) {
+        let rescued = fallback && flat.contains("or vector(0)");
+        if !missing.is_empty() && !rescued {
             out.push((flat, missing));
         }
     }
