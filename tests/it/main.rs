@@ -20,6 +20,7 @@ mod egress_limits;
 mod evidence;
 mod fake_socket_selftest;
 mod fence;
+mod hidden;
 mod history;
 mod interactive;
 mod lifecycle;
