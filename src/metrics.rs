@@ -82,7 +82,17 @@ pub struct FixedLabels {
     pub egress: Vec<(&'static str, &'static str)>,
     /// How a turn may end.
     pub turn_ends: Vec<&'static str>,
+    /// Socket Mode's envelope types, and why a socket to Slack may end.
+    pub envelope_types: Vec<&'static str>,
+    pub socket_reconnects: Vec<&'static str>,
+    /// The methods whose budget the egress keeps (its history series' `method`).
+    pub history_methods: Vec<&'static str>,
 }
+
+/// An app's envelope outcomes exported at zero, by direction: toward Slack the ingress's
+/// `accepted` (or `not_acked`), toward a bot its `acked` (or `not_acked`).
+const ENVELOPE_OUTCOMES: [(&str, &str); 4] =
+    [("slack", "accepted"), ("slack", "not_acked"), ("bot", "acked"), ("bot", "not_acked")];
 
 /// Turns: one delivery of a conversation with the bot at a time (`turns`).
 pub struct Turns {
@@ -449,6 +459,57 @@ impl Metrics {
         }
     }
 
+    /// Socket Mode's series of `app` at zero, for the directions it uses: `slack` (the
+    /// gateway's sockets to Slack), `bot` (a Socket Mode bot's socket to the gateway). An app
+    /// without Socket Mode has none, so "no Socket Mode connection" is never said of it.
+    pub fn init_socket(&self, app: &str, (slack, bot): (bool, bool), labels: &FixedLabels) {
+        let s = &self.socket;
+        for (direction, used) in [("slack", slack), ("bot", bot)] {
+            if !used {
+                continue;
+            }
+            s.connections.with_label_values(&[app, direction]);
+            for (d, outcome) in ENVELOPE_OUTCOMES.iter().filter(|(d, _)| *d == direction) {
+                for kind in &labels.envelope_types {
+                    s.envelopes.with_label_values(&[app, d, kind, outcome]);
+                }
+            }
+        }
+        if slack {
+            s.link_disabled.with_label_values(&[app]);
+            s.ack_seconds.with_label_values(&[app]);
+            for reason in &labels.socket_reconnects {
+                s.reconnects.with_label_values(&[app, reason]);
+            }
+        }
+    }
+
+    /// Drop the connection series of an app and direction no longer using Socket Mode
+    /// (`uses`: after a reload), once none of its sockets is open, so that the "no Socket Mode
+    /// connection" alert stops naming it.
+    pub fn forget_sockets(&self, uses: impl Fn(&str, &str) -> bool) {
+        use prometheus::core::Collector;
+        for family in self.socket.connections.collect() {
+            for m in family.get_metric() {
+                let label = |name: &str| m.get_label().iter().find(|l| l.name() == name).map(|l| l.value().to_string());
+                let (Some(app), Some(direction)) = (label("app"), label("direction")) else { continue };
+                if !uses(&app, &direction) && m.get_gauge().get_value() == 0.0 {
+                    let _ = self.socket.connections.remove_label_values(&[&app, &direction]);
+                }
+            }
+        }
+    }
+
+    /// The egress's history-budget series at zero, by their own labels (method, caller).
+    pub fn init_egress(&self, labels: &FixedLabels) {
+        for method in &labels.history_methods {
+            self.egress.history_refused.with_label_values(&[method]);
+            for by in ["egress", "bot"] {
+                self.egress.history_calls.with_label_values(&[method, by]);
+            }
+        }
+    }
+
     /// Count one attempt toward the bot: its duration and its answer's class (see
     /// [`status_class`]; `error` or `timeout` when there was no answer).
     pub fn attempt(&self, app: &str, took: std::time::Duration, class: &'static str) {
@@ -488,5 +549,37 @@ pub fn status_class(status: u16) -> &'static str {
         300..=399 => "3xx",
         400..=499 => "4xx",
         _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connections(m: &Metrics) -> Vec<String> {
+        let text = String::from_utf8(m.render()).unwrap();
+        text.lines().filter(|l| l.starts_with("slackgate_socket_connections{")).map(String::from).collect()
+    }
+
+    #[test]
+    fn socket_series_only_for_the_directions_used_and_forgotten_when_unused_and_closed() {
+        let m = Metrics::new();
+        let labels = FixedLabels {
+            envelope_types: vec!["events_api"],
+            socket_reconnects: vec!["warning"],
+            ..FixedLabels::default()
+        };
+        m.init_socket("slack_only", (true, false), &labels);
+        m.init_socket("bot_only", (false, true), &labels);
+        m.init_socket("none", (false, false), &labels);
+        let open = connections(&m);
+        assert_eq!(open.len(), 2, "{open:?}");
+        assert!(open.iter().any(|l| l.contains("app=\"slack_only\",direction=\"slack\"")), "{open:?}");
+        assert!(open.iter().any(|l| l.contains("app=\"bot_only\",direction=\"bot\"")), "{open:?}");
+        // A reload turns both off; the bot's socket is still open, so its series stays.
+        m.socket.connections.with_label_values(&["bot_only", "bot"]).inc();
+        m.forget_sockets(|_, _| false);
+        let open = connections(&m);
+        assert_eq!(open, ["slackgate_socket_connections{app=\"bot_only\",direction=\"bot\"} 1"]);
     }
 }

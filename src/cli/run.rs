@@ -159,17 +159,22 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
 /// the enums that decide them.
 pub(crate) fn init_series(shared: &Shared, config: &Config) {
     let labels = fixed_labels();
+    // Which directions of Socket Mode an app uses: its sockets to Slack, a bot's to us.
+    let socket = |app: &crate::config::AppConfig| {
+        (app.socket_mode.as_ref().is_some_and(|s| s.connections > 0), app.upstream.socket)
+    };
     for app in &config.apps {
         shared.metrics.init_app(&app.name, &labels);
-        // Socket Mode's connections at zero from the start, so that "none open" is a series.
-        let socket = &shared.metrics.socket;
-        if app.socket_mode.as_ref().is_some_and(|s| s.connections > 0) {
-            socket.connections.with_label_values(&[&app.name, "slack"]);
-            socket.link_disabled.with_label_values(&[&app.name]);
-        }
-        if app.upstream.socket {
-            socket.connections.with_label_values(&[&app.name, "bot"]);
-        }
+        shared.metrics.init_socket(&app.name, socket(app), &labels);
+    }
+    shared.metrics.forget_sockets(|name, direction| {
+        config.apps.iter().find(|a| a.name == name).is_some_and(|a| match direction {
+            "slack" => socket(a).0,
+            _ => socket(a).1,
+        })
+    });
+    if config.egress.listen.is_some() {
+        shared.metrics.init_egress(&labels);
     }
 }
 
@@ -196,6 +201,16 @@ fn fixed_labels() -> FixedLabels {
             .flat_map(|c| crate::egress::Outcome::ALL.map(|o| (*c, o.as_label())))
             .collect(),
         turn_ends: crate::outbox::TurnEnd::ALL.map(crate::outbox::TurnEnd::as_label).to_vec(),
+        envelope_types: crate::socket::envelope::EnvelopeType::ALL
+            .map(crate::socket::envelope::EnvelopeType::as_label)
+            .to_vec(),
+        // Slack's disconnect reasons, and ours: no frame within the ping deadline.
+        socket_reconnects: crate::socket::envelope::Disconnect::ALL
+            .map(crate::socket::envelope::Disconnect::as_label)
+            .into_iter()
+            .chain(["ping_timeout"])
+            .collect(),
+        history_methods: crate::egress::HISTORY_METHODS.to_vec(),
     }
 }
 

@@ -44,6 +44,7 @@ mod uncertain;
 mod write;
 
 pub use notes::{is_cursor, NoteList, NotePage};
+pub use replies::HISTORY_METHODS;
 pub use store::{EgressStore, Place};
 
 use std::sync::Arc;

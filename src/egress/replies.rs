@@ -25,9 +25,11 @@ use tracing::warn;
 /// queued (the thread's root may have arrived a moment ago).
 const SETTLE: Duration = Duration::from_millis(500);
 
-/// The methods whose budget the egress keeps.
+/// The methods whose budget the egress keeps (the `method` label of its history series).
+pub const HISTORY_METHODS: [&str; 2] = ["conversations.history", "conversations.replies"];
+
 pub(super) fn is_history(method: &str) -> bool {
-    matches!(method, "conversations.history" | "conversations.replies")
+    HISTORY_METHODS.contains(&method)
 }
 
 /// A read's arguments: the body's (form or JSON), then the query's.

@@ -3,61 +3,124 @@
 //!
 //! Never shown, whatever `[ui] show_text` says: the legacy verification `token`, anything that
 //! looks like a Slack token (`xox…`, `xapp-…`), and `response_url`s (whoever holds one may post
-//! to the channel). Shown only with `show_text`: the text people wrote (`text`, `fallback`,
-//! `pretext`, `title`, input `value`s, a command's text, an options `query`).
+//! to the channel). Without `show_text` the body keeps its structure (every key, array and
+//! nesting), its numbers, flags and nulls, and the strings of a short list of keys known to
+//! hold ids, types and timestamps ([`SAFE_KEYS`]); every other string is hidden, whatever its
+//! key — a name, a file's title, a URL, a dialog's submission, a key Slack adds tomorrow. The
+//! same rule holds for a form's fields (a slash command's) and its JSON `payload`.
 
 use serde_json::Value;
 
 const HIDDEN: &str = "(hidden: [ui] show_text is off)";
 const NEVER: &str = "(never shown)";
-const TEXT_KEYS: &[&str] = &["text", "fallback", "pretext", "title", "value", "query", "initial_value"];
 const SECRET_KEYS: &[&str] = &["token", "response_url", "response_urls"];
+
+/// The keys whose string values are shown without `show_text`: ids, types and timestamps, as
+/// Slack sends them. A name (`user_name`, `channel_name`, `team_domain`, a `name`) is text.
+/// `event_context` is Slack's opaque handle for `apps.event.authorizations.list` (ids only).
+pub const SAFE_KEYS: &[&str] = &[
+    // What it is.
+    "type",
+    "subtype",
+    "channel_type",
+    "command",
+    // When.
+    "ts",
+    "thread_ts",
+    "event_ts",
+    "message_ts",
+    "action_ts",
+    // Who and where.
+    "channel",
+    "channel_id",
+    "team",
+    "team_id",
+    "user",
+    "user_id",
+    "enterprise_id",
+    "api_app_id",
+    "app_id",
+    "bot_id",
+    "id",
+    // Which delivery, view or element.
+    "event_id",
+    "event_context",
+    "trigger_id",
+    "callback_id",
+    "action_id",
+    "block_id",
+    "view_id",
+    "root_view_id",
+    "previous_view_id",
+    "hash",
+];
 
 /// `body` (JSON, or a form with a JSON `payload`) made fit to show, pretty-printed.
 pub fn redact(body: &str, show_text: bool) -> String {
     if let Ok(mut v) = serde_json::from_str::<Value>(body) {
-        scrub(&mut v, show_text);
+        scrub(&mut v, None, show_text);
         return serde_json::to_string_pretty(&v).unwrap_or_default();
     }
+    let fields: Vec<_> = form_urlencoded::parse(body.as_bytes()).collect();
+    // Not a form (a key that is no field name is the body's own text): nothing of it to show.
+    if !show_text && !fields.iter().all(|(k, _)| is_field_name(k)) {
+        return serde_json::to_string_pretty(&Value::from(HIDDEN)).unwrap_or_default();
+    }
     let mut out = serde_json::Map::new();
-    for (k, v) in form_urlencoded::parse(body.as_bytes()) {
+    for (k, v) in fields {
         let shown = match &*k {
-            k if SECRET_KEYS.contains(&k) => Value::from(NEVER),
             "payload" => match serde_json::from_str::<Value>(&v) {
                 Ok(mut p) => {
-                    scrub(&mut p, show_text);
+                    scrub(&mut p, None, show_text);
                     p
                 }
                 Err(_) => Value::from(NEVER),
             },
-            "text" if !show_text => Value::from(HIDDEN),
-            _ if looks_secret(&v) => Value::from(NEVER),
-            _ => Value::from(v.into_owned()),
+            _ => {
+                let mut v = Value::from(v.into_owned());
+                scrub(&mut v, Some(&k), show_text);
+                v
+            }
         };
-        out.insert(k.into_owned(), shown);
+        out.insert(if looks_secret(&k) { NEVER.to_string() } else { k.into_owned() }, shown);
     }
     serde_json::to_string_pretty(&Value::Object(out)).unwrap_or_default()
 }
 
+/// Whether `s` holds something that looks like a Slack token, at its start or after a
+/// non-alphanumeric character (a token pasted into a message counts), or a URL on Slack's
+/// hooks host (a `response_url` or an incoming webhook: whoever holds one may post).
 fn looks_secret(s: &str) -> bool {
-    ["xoxb-", "xoxp-", "xoxa-", "xoxe", "xoxr-", "xoxs-", "xapp-"].iter().any(|p| s.starts_with(p))
+    const PREFIXES: [&str; 8] = ["xoxb-", "xoxp-", "xoxa-", "xoxe", "xoxr-", "xoxs-", "xapp-", "xwfp-"];
+    let token = s.match_indices(['x']).any(|(at, _)| {
+        let word_start = s[..at].chars().next_back().is_none_or(|c| !c.is_alphanumeric());
+        word_start && PREFIXES.iter().any(|p| s[at..].starts_with(p))
+    });
+    token || s.to_ascii_lowercase().contains("hooks.slack.com/")
 }
 
-fn scrub(v: &mut Value, show_text: bool) {
+/// A form's field name as Slack writes them (`team_id`, `payload`, `is_enterprise_install`).
+fn is_field_name(k: &str) -> bool {
+    !k.is_empty() && k.len() <= 64 && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// Whether the string `value` under `key` is shown without `show_text`: an id, a type or a
+/// timestamp by its key, or an `is_…` flag (a form writes flags as strings).
+pub fn shown_as_is(key: Option<&str>, value: &str) -> bool {
+    key.is_some_and(|k| SAFE_KEYS.contains(&k) || (k.starts_with("is_") && matches!(value, "true" | "false")))
+}
+
+/// `v`, found under `key` (an array's items under the array's), made fit to show.
+fn scrub(v: &mut Value, key: Option<&str>, show_text: bool) {
+    if key.is_some_and(|k| SECRET_KEYS.contains(&k)) {
+        *v = Value::from(NEVER);
+        return;
+    }
     match v {
-        Value::Object(map) => {
-            for (k, v) in map.iter_mut() {
-                if SECRET_KEYS.contains(&k.as_str()) {
-                    *v = Value::from(NEVER);
-                } else if !show_text && TEXT_KEYS.contains(&k.as_str()) && v.is_string() {
-                    *v = Value::from(HIDDEN);
-                } else {
-                    scrub(v, show_text);
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(|i| scrub(i, show_text)),
+        Value::Object(map) => map.iter_mut().for_each(|(k, v)| scrub(v, Some(k), show_text)),
+        Value::Array(items) => items.iter_mut().for_each(|i| scrub(i, key, show_text)),
         Value::String(s) if looks_secret(s) => *v = Value::from(NEVER),
+        Value::String(s) if !show_text && !shown_as_is(key, s) => *v = Value::from(HIDDEN),
         _ => {}
     }
 }
@@ -130,38 +193,6 @@ pub fn message_link(channel: &str, ts: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_and_response_urls_never_show_and_text_only_when_asked() {
-        let event = r#"{"token":"legacy","team_id":"T1","event":{"type":"app_mention","text":"the secret plan","user":"U1",
-            "blocks":[{"elements":[{"text":"the secret plan"}]}]},"authed":"xoxb-123"}"#;
-        let hidden = redact(event, false);
-        assert!(
-            !hidden.contains("legacy") && !hidden.contains("secret plan") && !hidden.contains("xoxb-123"),
-            "{hidden}"
-        );
-        assert!(hidden.contains("\"T1\"") && hidden.contains("app_mention"));
-        let shown = redact(event, true);
-        assert!(shown.contains("the secret plan") && !shown.contains("legacy"), "{shown}");
-        let command = "token=legacy&team_id=T1&command=%2Fask&text=why&response_url=https%3A%2F%2Fhooks.slack.com%2Fx";
-        let c = redact(command, false);
-        assert!(!c.contains("legacy") && !c.contains("why") && !c.contains("hooks.slack.com"), "{c}");
-        assert!(c.contains("/ask"));
-        assert!(redact(command, true).contains("why"));
-        let action = format!("payload={}", form_urlencoded::byte_serialize(br#"{"type":"block_actions","token":"legacy","actions":[{"value":"v1"}],"response_url":"https://hooks.slack.com/y"}"#).collect::<String>());
-        let a = redact(&action, false);
-        assert!(!a.contains("legacy") && !a.contains("v1") && !a.contains("hooks.slack.com"), "{a}");
-    }
-
-    #[test]
-    fn entries_in_words_and_links() {
-        let e = serde_json::json!({"what":"attempt","number":2,"by":"gw-1","status":503,"latency_ms":4.0,"outcome":"retried","next_retry_ms":2000});
-        assert_eq!(describe(&e), "attempt 2 by gw-1: HTTP 503 in 4.0 ms → retried, next try in 2.0 s");
-        let a = serde_json::json!({"what":"absorbed","retry_num":"1","retry_reason":"http_timeout","outcome":"duplicate","ack_ms":1.5});
-        assert!(describe(&a).contains("retry 1 (http_timeout)"));
-        assert_eq!(message_link("C1", "1700.0001").as_deref(), Some("https://slack.com/archives/C1/p17000001"));
-        assert_eq!(message_link("C1\"><", "1"), None);
-    }
-}
+mod fixtures;
+#[cfg(test)]
+mod tests;

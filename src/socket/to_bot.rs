@@ -23,6 +23,8 @@ use crate::metrics::Metrics;
 use crate::shared::Shared;
 use crate::upstream::{self, SendError};
 
+/// The path of the URL a ticket is issued with: the only one that spends it.
+const SOCKET_PATH: &str = "/socket";
 /// A ticket not used within this long is void.
 const TICKET_LIFE: Duration = Duration::from_secs(60);
 /// Tickets outstanding at most (each `apps.connections.open` makes one).
@@ -66,11 +68,16 @@ impl BotSockets {
         }
         let ticket = format!("{:032x}", rand::random::<u128>());
         tickets.insert(ticket.clone(), (app.into(), Instant::now()));
-        Some(format!("ws://{listen}/socket?ticket={ticket}"))
+        Some(format!("ws://{listen}{SOCKET_PATH}?ticket={ticket}"))
     }
 
-    /// The app a ticket in `query` opens, using the ticket up.
-    fn redeem(&self, query: Option<&str>) -> Option<Arc<str>> {
+    /// The app a ticket in `query` opens on `path`, using the ticket up. A request to any other
+    /// path is refused and leaves the ticket as it was: only the URL the ticket was issued
+    /// with may spend it.
+    fn redeem(&self, path: &str, query: Option<&str>) -> Option<Arc<str>> {
+        if path != SOCKET_PATH {
+            return None;
+        }
         let ticket = form_urlencoded::parse(query?.as_bytes()).find(|(k, _)| k == "ticket")?.1.into_owned();
         let (app, at) = lock(&self.tickets).remove(&ticket)?;
         (at.elapsed() < TICKET_LIFE).then_some(app)
@@ -128,8 +135,8 @@ impl BotSockets {
         // The handshake's own callback type (tungstenite's), whatever its size.
         #[allow(clippy::result_large_err)]
         let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
-            match self.redeem(req.uri().query()) {
-                Some(a) if req.uri().path() == "/socket" => {
+            match self.redeem(req.uri().path(), req.uri().query()) {
+                Some(a) => {
                     app = Some(a);
                     Ok(resp)
                 }

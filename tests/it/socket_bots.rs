@@ -159,6 +159,21 @@ async fn a_socket_without_a_valid_unused_ticket_is_refused() {
     assert_eq!(rig.slack.calls_of("apps.connections.open").len(), 1);
 }
 
+/// A ticket is spent only by the path it was issued for: a request to another path with it is
+/// refused, and the same ticket then opens the right one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_the_wrong_path_does_not_spend_the_ticket() {
+    let rig = Rig::start("sockbotpath").await;
+    let url = rig.open(XAPP).await["url"].as_str().expect("a URL").to_string();
+    assert!(url.contains("/socket?ticket="), "{url}");
+    let wrong = url.replacen("/socket?", "/elsewhere?", 1);
+    let refused = connect(&wrong).await;
+    assert!(refused.as_ref().is_err_and(|e| e.contains("401")), "the wrong path: {:?}", refused.map(|_| ()));
+    let mut socket = connect(&url).await.expect("the ticket still opens the right path");
+    let hello = socket.next().await.unwrap().unwrap();
+    assert!(hello.to_text().unwrap().contains("\"hello\""), "{hello:?}");
+}
+
 /// Two gateway processes, the bot connected through one: the other takes none of its
 /// deliveries (its attempts could only fail), and every event sent to it arrives at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
