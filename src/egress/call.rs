@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::secret::Secret;
 
@@ -121,11 +121,6 @@ pub fn token_hash(key: &[u8], token: &Secret) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
     mac.update(token.expose());
     hex::encode(&mac.finalize().into_bytes()[..16])
-}
-
-/// SHA-256 hex of some bytes (bodies, keys, texts): what identifies them in Redis.
-pub fn digest(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]

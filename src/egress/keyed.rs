@@ -9,7 +9,6 @@ use std::sync::Arc;
 use pingora::protocols::http::ServerSession;
 use tracing::warn;
 
-use super::call::digest;
 use super::error::Error;
 use super::lease::{nonce, Lease};
 use super::plan::{self, KeyKind, KeyStep};
@@ -17,6 +16,7 @@ use super::store::IdemEnd;
 use super::uncertain::Unsettled;
 use super::write::{settles, Write};
 use super::{Egress, Outcome, Reply};
+use crate::slack::digest;
 
 impl Egress {
     /// `Idempotency-Key`: replayed, refused while in flight or for another request, or sent.

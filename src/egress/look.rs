@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::call::digest;
 use super::slack_api::{Identity, SlackApi};
 use super::store::Cached;
 use crate::secret::Secret;
+use crate::slack::digest;
 use crate::upstream::SendError;
 
 /// Why a look could not be made.

@@ -151,7 +151,7 @@ impl Egress {
         let seen = store.seen();
         let author = Author { user: &post.who.user_id, bot_id: &post.who.bot_id };
         let place = (post.who.team.as_str(), post.channel, post.thread);
-        let want = crate::seen::digest(post.text.as_bytes());
+        let want = crate::slack::digest(post.text.as_bytes());
         loop {
             let read_at = now_ms();
             let found = seen.own_post(place, &want, &author, post.since_ms).await;

@@ -30,13 +30,14 @@ use std::sync::Arc;
 
 use pingora::protocols::http::ServerSession;
 
-use super::call::{self, digest, token_hash, Call};
+use super::call::{self, token_hash, Call};
 use super::error::Error;
 use super::plan::{self, KeyKind, Layer};
 use super::store::Cached;
 use super::{cached, respond, Egress, Outcome, Reply};
 use crate::clock::now_ms;
 use crate::outbox::StoreError;
+use crate::slack::digest;
 use crate::upstream::{Response, SendError};
 
 /// What a write knows once it is read.

@@ -147,11 +147,7 @@ fn key_part(id: &str) -> String {
     }
 }
 
-/// SHA-256 hex: what stands for a text in the evidence.
-pub fn digest(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
-}
+use crate::slack::digest;
 
 /// The keys of one channel.
 #[derive(Debug, Clone)]

@@ -6,7 +6,6 @@ use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 mod json;
 
@@ -401,12 +400,12 @@ fn id_key(tag: char, id: &str) -> String {
     if id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic()) {
         format!("{tag}:{id}")
     } else {
-        format!("{tag}#{}", hex::encode(Sha256::digest(id.as_bytes())))
+        format!("{tag}#{}", super::digest(id.as_bytes()))
     }
 }
 
 fn body_key(body: &[u8]) -> String {
-    format!("h:{}", hex::encode(Sha256::digest(body)))
+    format!("h:{}", super::digest(body))
 }
 
 #[cfg(test)]

@@ -17,3 +17,10 @@ pub use reply::{check_response_url, late_reply, replies_late, RefusedUrl, ReplyO
 pub use retry::{retry_num, RetryReason};
 pub use ssl_check::{is_form, is_unsigned_ssl_check, SSL_CHECK_MAX};
 pub use verify::{precheck, sign, verify, VerifyError};
+
+/// SHA-256 hex of some bytes (bodies, keys, texts, ids): what stands for them in Redis and in
+/// the evidence. The one digest of the crate.
+pub fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}

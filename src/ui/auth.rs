@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, Method, StatusCode};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
@@ -334,7 +334,7 @@ fn session_key(keys: &str, id: &str) -> String {
 }
 
 fn id_hash(id: &str) -> String {
-    hex::encode(Sha256::digest(id.as_bytes()))
+    crate::slack::digest(id.as_bytes())
 }
 
 /// What a session keeps of the token that made it: an HMAC of its id keyed by the token. The

@@ -66,7 +66,7 @@ fn the_cookie_is_http_only_strict_and_scoped_to_the_pages() {
 #[test]
 fn a_session_is_stored_under_the_hash_of_its_id() {
     let key = session_key("{sg:ui}:s:", ID_A);
-    let hash = hex::encode(Sha256::digest(ID_A.as_bytes()));
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(ID_A.as_bytes()));
     assert_eq!(key, format!("{{sg:ui}}:s:{hash}"));
     assert!(!key.contains(ID_A));
     assert_ne!(session_key("{sg:ui}:s:", ID_B), key);

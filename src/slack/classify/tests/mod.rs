@@ -4,6 +4,7 @@ const JSON: &[u8] = b"application/json";
 const FORM: &[u8] = b"application/x-www-form-urlencoded";
 
 fn sha_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(bytes))
 }
 
