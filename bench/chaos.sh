@@ -12,10 +12,10 @@ PROFILE=${PROFILE:-release}
 scripts/deps
 if [ "$PROFILE" = release ]; then
   cargo build --release --locked --bin slackgate --example chaos 2>&1 | tail -1
-  dir=target/release
+  dir=${CARGO_TARGET_DIR:-target}/release
 else
   cargo build --locked --bin slackgate --example chaos 2>&1 | tail -1
-  dir=target/debug
+  dir=${CARGO_TARGET_DIR:-target}/debug
 fi
 RATE=${RATE:-$(( N >= 50000 ? 2000 : 500 ))}
 exec "$dir/examples/chaos" --events "$N" --rate "$RATE" --gateway "$dir/slackgate"
