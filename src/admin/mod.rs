@@ -30,11 +30,10 @@ use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 
-use crate::egress::EgressStore;
 use crate::live::Live;
 use crate::ops::{Ops, OpsError};
 use crate::outbox::Endpoint;
-use crate::outbox::{LazyStore, Store};
+use crate::outbox::{LazyStore, Notes, Store};
 use crate::shared::Shared;
 use crate::store::Lazy;
 use crate::ui::throttle::{Throttle, Throttled};
@@ -47,8 +46,8 @@ pub struct Admin {
     shared: Arc<Shared>,
     /// Connected on first use, on the admin service's runtime.
     store: LazyStore,
-    /// The egress's records, for its notes.
-    egress: Lazy<EgressStore>,
+    /// The egress's notes (withheld and unknown writes), read where they are kept.
+    notes: Lazy<Notes>,
     ui: crate::ui::Ui,
     /// Failed tokens, the pages' logins and the API's bearer tokens alike.
     throttle: Arc<Throttle>,
@@ -102,11 +101,11 @@ impl AdminError {
 impl Admin {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let prefix = live.get().config.redis.key_prefix.clone();
-        let egress = Lazy::egress(&redis, &prefix);
+        let notes = Lazy::notes(&redis, &prefix);
         let throttle = Arc::new(Throttle::default());
         let ui = crate::ui::Ui::new(shared.clone(), throttle.clone());
         let store = LazyStore::outbox(&redis, Duration::from_secs(2));
-        Admin { live, shared, store, egress, ui, throttle }
+        Admin { live, shared, store, notes, ui, throttle }
     }
 
     fn store(&self) -> Result<&Store, String> {
@@ -115,8 +114,8 @@ impl Admin {
 
     /// Operator actions over the apps of the running config.
     fn ops(&self) -> Result<Ops, String> {
-        let egress = self.egress.get().map_err(|e| e.to_string())?.clone();
-        Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone(), egress))
+        let notes = self.notes.get().map_err(|e| e.to_string())?.clone();
+        Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone(), notes))
     }
 
     /// Ready: the Slack listener accepts connections, Redis answers within a second and the

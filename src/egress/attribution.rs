@@ -7,7 +7,6 @@
 use tracing::warn;
 
 use super::error::Error;
-use super::notes::NoteList;
 use super::plan;
 use super::slack_api::Identity;
 use super::store::{Attributed, Cached, EgressStore, Place};
@@ -15,6 +14,7 @@ use super::write::Write;
 use super::{Egress, Reply};
 use crate::clock::now_ms;
 use crate::outbox::Channel;
+use crate::outbox::NoteList;
 
 /// Where an attributable write goes, who sends it, and the delivered message it answers.
 pub(super) struct Target<'a> {
@@ -69,7 +69,7 @@ impl Egress {
             "at": now_ms(), "method": call.method, "channel": call.fields.channel, "source_ts": source.ts,
             "delivery": source.delivery, "reason": error.code(),
         });
-        if let Err(e) = self.step(w, to.store.note(NoteList::Withheld, &note, now_ms())).await {
+        if let Err(e) = self.step(w, to.store.notes().note(NoteList::Withheld, &note, now_ms())).await {
             warn!(error = %e, "cannot keep the note of a withheld write");
         }
         Some(error.into())

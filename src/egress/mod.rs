@@ -15,8 +15,8 @@
 //! - `error`: the egress's own errors, and the one place each becomes the bot's answer.
 //! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`); `identities`:
 //!   who each token is, remembered for an hour, bounded.
-//! - `store`, `scripts`, `notes`: the egress's own records in Redis; the withheld and unknown
-//!   notes. What the inbound side delivered, deleted and edited it reads from the conversation
+//! - `store`, `scripts`: the egress's own records in Redis; its withheld and unknown notes are
+//!   kept in `outbox::Notes`. What the inbound side delivered, deleted and edited it reads from the conversation
 //!   records (`outbox::Conversations`), where the two sides meet.
 
 mod attribution;
@@ -28,7 +28,6 @@ mod identities;
 mod keyed;
 mod lease;
 mod look;
-mod notes;
 mod pacing;
 mod plan;
 mod read;
@@ -43,7 +42,6 @@ mod turn;
 mod uncertain;
 mod write;
 
-pub use notes::{is_cursor, NoteList, NotePage};
 pub use replies::HISTORY_METHODS;
 pub use store::{EgressStore, Place};
 

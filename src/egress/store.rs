@@ -6,7 +6,7 @@
 //! delivered message), `…:t:<thread>` (its thread's latest), `…:p:<posted ts>` (a post's
 //! source), `…:pace:<app identity>`, `…:r:<delivery>:<run>:<method>` and
 //! `…:w:<delivery>:<method>:<k>` (re-runs); `{P:egress}:hashkey`, `…:notes:withheld`,
-//! `…:notes:unknown` (see `notes`).
+//! `…:notes:unknown` (kept by `outbox::Notes`).
 
 use std::time::Duration;
 
@@ -256,6 +256,11 @@ impl EgressStore {
     /// What the ingress saw of conversations (own posts, threads), on the same connection.
     pub fn seen(&self) -> crate::seen::Record {
         crate::seen::Record::new(self.conn.clone(), &self.prefix)
+    }
+
+    /// The notes for operators (withheld and unknown writes), on the same connection.
+    pub fn notes(&self) -> crate::outbox::Notes {
+        crate::outbox::Notes::new(self.conn.clone(), &self.prefix)
     }
 
     pub(super) fn prefix(&self) -> &str {

@@ -9,11 +9,11 @@ use tracing::{debug, info, warn};
 
 use super::attribution::Target;
 use super::error::Error;
-use super::notes::NoteList;
 use super::plan::{self, Gone};
 use super::write::Write;
 use super::{Egress, Reply};
 use crate::clock::now_ms;
+use crate::outbox::NoteList;
 use crate::outbox::TurnWrite;
 
 impl Egress {
@@ -57,7 +57,7 @@ impl Egress {
             "at": now_ms(), "method": w.call.method, "channel": w.call.fields.channel, "source_ts": source.ts,
             "delivery": source.delivery, "reason": error.code(),
         });
-        if let Err(e) = self.step(w, to.store.note(NoteList::Withheld, &note, now_ms())).await {
+        if let Err(e) = self.step(w, to.store.notes().note(NoteList::Withheld, &note, now_ms())).await {
             warn!(error = %e, "cannot keep the note of a withheld write");
         }
         Some(error.into())

@@ -32,13 +32,13 @@ use tracing::{info, warn};
 use super::budget::Budget;
 use super::error::Error;
 use super::look::{posted, LookError};
-use super::notes::NoteList;
 use super::plan::{self, FromEvents, Recovery, Window};
 use super::slack_api::Identity;
 use super::store::{Cached, EgressStore};
 use super::write::{forwarded, Write};
 use super::{Egress, Outcome, Reply};
 use crate::clock::now_ms;
+use crate::outbox::NoteList;
 use crate::seen::record::Author;
 
 enum Looked {
@@ -219,7 +219,7 @@ impl Egress {
             let note = serde_json::json!({
                 "at": now_ms(), "method": w.call.method, "channel": w.call.fields.channel, "error": error.code(),
             });
-            if let Err(e) = self.step(w, store.note(NoteList::Unknown, &note, now_ms())).await {
+            if let Err(e) = self.step(w, store.notes().note(NoteList::Unknown, &note, now_ms())).await {
                 warn!(error = %e, "cannot keep the note of an unknown write");
             }
         }
