@@ -40,7 +40,7 @@ impl Egress {
             }
         };
         if let Some(ended) = &verdict.ended {
-            crate::delivery::turn_ended(&self.shared, &source.app, ended);
+            crate::history::turns::ended(&self.shared, &source.app, ended);
         }
         if !verdict.withhold {
             return None;
