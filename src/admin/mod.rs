@@ -251,21 +251,11 @@ async fn read_form(session: &mut ServerSession, timeout: Duration) -> Result<Vec
     Ok(body)
 }
 
-/// Read the next request's head; `false` when there is none to serve. One that does not parse
-/// is answered 400, and never logged: Pingora's own HTTP app (`ServeHttp`) writes the request's
-/// bytes at ERROR, an `Authorization: Bearer <admin token>` among them.
-async fn read_head(session: &mut ServerSession) -> bool {
-    match session.read_request().await {
-        Ok(read) => read,
-        Err(e) if *e.etype() == pingora::ErrorType::InvalidHTTPHeader => {
-            let (parts, body) = text(StatusCode::BAD_REQUEST, "bad request").into_parts();
-            // Writes the answer and turns keep-alive off.
-            let _ = session.write_error_response(parts.into(), body.into()).await;
-            session.shutdown().await;
-            false
-        }
-        Err(_) => false,
-    }
+/// A request whose head does not parse: 400, and never logged (the head may hold an
+/// `Authorization: Bearer <admin token>`).
+fn bad_head(_: &pingora::Error) -> Option<(pingora::http::ResponseHeader, bytes::Bytes)> {
+    let (parts, body) = text(StatusCode::BAD_REQUEST, "bad request").into_parts();
+    Some((parts.into(), body.into()))
 }
 
 #[async_trait]
@@ -275,7 +265,7 @@ impl HttpServerApp for Admin {
         mut session: ServerSession,
         shutdown: &ShutdownWatch,
     ) -> Option<ReusedHttpStream> {
-        if !read_head(&mut session).await {
+        if !crate::serve::read_head(&mut session, bad_head).await {
             return None;
         }
         let limits = self.live.get().config.server.limits;

@@ -305,28 +305,16 @@ async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, Reply> {
     }
 }
 
-/// Read the next request's head; `false` when there is none to serve. A head that does not
-/// parse (a bare CR, an obs-fold, two lengths, an HTTP/2 preface, …) is answered 400 here:
-/// Pingora's own HTTP app would close it without a word.
-async fn read_head(session: &mut ServerSession) -> bool {
-    match session.read_request().await {
-        Ok(read) => read,
-        Err(e) if *e.etype() == pingora::ErrorType::InvalidHTTPHeader => {
-            // The error's context holds the request's bytes (a token among them): only its kind.
-            debug!(error = e.etype().as_str(), "a broken request to the egress");
-            let reply = Reply::from(Error::InvalidRequest);
-            let a = &reply.answer;
-            if let Ok(mut head) = ResponseHeader::build(400, Some(2)) {
-                let _ = head.insert_header("Content-Type", a.content_type.as_str());
-                let _ = head.insert_header("Content-Length", a.body.len().to_string());
-                // Writes the answer and turns keep-alive off.
-                let _ = session.write_error_response(head, a.body.clone()).await;
-            }
-            session.shutdown().await;
-            false
-        }
-        Err(_) => false,
-    }
+/// A request whose head does not parse (`serve::read_head`): 400 `invalid_request`, logged by
+/// the error's kind alone (its context holds the request's bytes, a token among them).
+fn bad_head(e: &pingora::Error) -> Option<(ResponseHeader, Bytes)> {
+    debug!(error = e.etype().as_str(), "a broken request to the egress");
+    let reply = Reply::from(Error::InvalidRequest);
+    let a = &reply.answer;
+    let mut head = ResponseHeader::build(400, Some(2)).ok()?;
+    let _ = head.insert_header("Content-Type", a.content_type.as_str());
+    let _ = head.insert_header("Content-Length", a.body.len().to_string());
+    Some((head, a.body.clone()))
 }
 
 #[async_trait]
@@ -336,7 +324,7 @@ impl HttpServerApp for Egress {
         mut session: ServerSession,
         _shutdown: &ShutdownWatch,
     ) -> Option<ReusedHttpStream> {
-        if !read_head(&mut session).await {
+        if !crate::serve::read_head(&mut session, bad_head).await {
             return None;
         }
         // A client that takes no byte of its answer (a read streams without end) for a body
