@@ -1,55 +1,16 @@
 //! One Web API call as the bot sent it: the method from the path, the token (bearer header, or
 //! a `token` field as some clients send it), and the few fields the egress reads from a write —
 //! channel, thread, message ts, text — out of a form or JSON body, which is forwarded untouched.
+//! The call's types are the model's (`model::Call`); this reads them.
 
-use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
+use super::model::{Fields, Verb};
 use crate::secret::Secret;
 
-/// A call, read whole.
-pub struct Call {
-    pub method: String,
-    /// As the bot sent it: a GET stays a GET (its arguments are in the query).
-    pub verb: Verb,
-    /// `/api/<method>` plus the query, as it goes to Slack.
-    pub path_and_query: String,
-    /// The bot's end-to-end headers, as they go to Slack (`headers::toward_slack`).
-    pub headers: http::HeaderMap,
-    pub idempotency_key: Option<String>,
-    pub body: Bytes,
-    /// The token, from the bearer header or the body; never logged or stored.
-    pub token: Option<Secret>,
-    pub fields: Fields,
-}
-
-/// What a write says about where it goes.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Fields {
-    pub channel: Option<String>,
-    pub thread_ts: Option<String>,
-    /// The message a `chat.update` or `chat.delete` acts on.
-    pub ts: Option<String>,
-    pub text: Option<String>,
-}
-
-impl Fields {
-    /// The thread a write belongs to: `thread_ts`, or for an update or delete the message it
-    /// acts on.
-    pub fn thread(&self) -> Option<&str> {
-        self.thread_ts.as_deref().or(self.ts.as_deref())
-    }
-}
-
-/// The HTTP methods the Web API takes: its arguments in the query (GET) or the body (POST).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
-    Get,
-    Post,
-}
-
+/// How a call's HTTP method is read, and sent on.
 impl Verb {
     /// `None` for any other method: the egress answers it 405 and sends nothing.
     pub fn of(method: &http::Method) -> Option<Verb> {
