@@ -71,7 +71,7 @@ pub(super) async fn write(ctx: &Arc<Ctx>, mut call: Call, session: &mut ServerSe
 }
 
 /// Layer 1, keys: replayed, refused while in flight or for another request, or sent.
-async fn keyed(ctx: &Arc<Ctx>, w: &Write, key: &str, session: &mut ServerSession) -> bool {
+async fn keyed(ctx: &Ctx, w: &Write, key: &str, session: &mut ServerSession) -> bool {
     let reply = match keyed::claim(ctx, w, key).await {
         Err(decided) => decided,
         Ok(claim) => {
@@ -89,8 +89,8 @@ async fn keyed(ctx: &Arc<Ctx>, w: &Write, key: &str, session: &mut ServerSession
     ctx.answer(&w.call, KeyKind::Key, reply, session).await
 }
 
-/// Layer 2, retries: without a key, an identical earlier call whose answer was lost makes this one
-/// its retry.
+/// Layer 2, retries: without a key, an identical earlier call whose answer was lost makes
+/// this one its retry.
 async fn unkeyed(ctx: &Arc<Ctx>, w: Arc<Write>, session: &mut ServerSession) -> bool {
     let Some(fp) = Tracked::new(ctx, &w) else {
         let reply = send(ctx, &w).await;
