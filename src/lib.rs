@@ -38,6 +38,7 @@
 //! - [`ui`]: the operator's pages on the admin listener (`/ui/`), over the history and [`ops`].
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, stats and the dead-letter API; [`ops`]:
 //!   operator actions for the CLI and the admin API.
+//! - [`serve`]: steps shared by the gateway's own HTTP/1 listeners (the egress, admin).
 //! - [`clock`]: wall time from tokio's clock (pausable in tests); [`secret`]: secret values.
 //! - [`sim`]: `slackgate sim`, Slack's side and a bot's for load tests; [`embedded`]: the
 //!   private `redis-server` for laptops.
@@ -62,6 +63,7 @@ pub mod policy;
 pub mod pressure;
 pub mod secret;
 pub mod seen;
+pub mod serve;
 pub mod shared;
 pub mod sim;
 pub mod slack;

@@ -95,13 +95,13 @@ pub struct DeadDetail {
 pub struct Ops {
     config: Arc<Config>,
     store: Store,
-    /// The egress's records (its notes of withheld and unknown writes).
-    egress: crate::egress::EgressStore,
+    /// The egress's notes of withheld and unknown writes.
+    notes: outbox::Notes,
 }
 
 impl Ops {
-    pub fn new(config: Arc<Config>, store: Store, egress: crate::egress::EgressStore) -> Self {
-        Ops { config, store, egress }
+    pub fn new(config: Arc<Config>, store: Store, notes: outbox::Notes) -> Self {
+        Ops { config, store, notes }
     }
 
     pub fn config(&self) -> &Config {
@@ -155,16 +155,16 @@ impl Ops {
     /// The egress's notes of the last day, a page of each: writes withheld (their source was
     /// deleted or edited) and writes whose outcome is unknown.
     pub async fn egress_notes(&self, q: &NotesQuery) -> Result<EgressNotes, OpsError> {
-        use crate::egress::NoteList;
+        use crate::outbox::NoteList;
         for c in [&q.withheld_cursor, &q.unknown_cursor].into_iter().flatten() {
-            if !crate::egress::is_cursor(c) {
+            if !outbox::is_cursor(c) {
                 return Err(OpsError::BadCursor(c.clone()));
             }
         }
-        let store = &self.egress;
+        let notes = &self.notes;
         let (now, limit) = (now_ms(), q.limit.unwrap_or(100));
-        let withheld = store.notes(NoteList::Withheld, limit, q.withheld_cursor.as_deref(), now).await?;
-        let unknown = store.notes(NoteList::Unknown, limit, q.unknown_cursor.as_deref(), now).await?;
+        let withheld = notes.page(NoteList::Withheld, limit, q.withheld_cursor.as_deref(), now).await?;
+        let unknown = notes.page(NoteList::Unknown, limit, q.unknown_cursor.as_deref(), now).await?;
         Ok(EgressNotes {
             withheld: withheld.notes,
             unknown: unknown.notes,

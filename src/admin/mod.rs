@@ -30,11 +30,10 @@ use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
 
-use crate::egress::EgressStore;
 use crate::live::Live;
 use crate::ops::{Ops, OpsError};
 use crate::outbox::Endpoint;
-use crate::outbox::{LazyStore, Store};
+use crate::outbox::{LazyStore, Notes, Store};
 use crate::shared::Shared;
 use crate::store::Lazy;
 use crate::ui::throttle::{Throttle, Throttled};
@@ -47,8 +46,8 @@ pub struct Admin {
     shared: Arc<Shared>,
     /// Connected on first use, on the admin service's runtime.
     store: LazyStore,
-    /// The egress's records, for its notes.
-    egress: Lazy<EgressStore>,
+    /// The egress's notes (withheld and unknown writes), read where they are kept.
+    notes: Lazy<Notes>,
     ui: crate::ui::Ui,
     /// Failed tokens, the pages' logins and the API's bearer tokens alike.
     throttle: Arc<Throttle>,
@@ -102,11 +101,11 @@ impl AdminError {
 impl Admin {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let prefix = live.get().config.redis.key_prefix.clone();
-        let egress = Lazy::egress(&redis, &prefix);
+        let notes = Lazy::notes(&redis, &prefix);
         let throttle = Arc::new(Throttle::default());
         let ui = crate::ui::Ui::new(shared.clone(), throttle.clone());
         let store = LazyStore::outbox(&redis, Duration::from_secs(2));
-        Admin { live, shared, store, egress, ui, throttle }
+        Admin { live, shared, store, notes, ui, throttle }
     }
 
     fn store(&self) -> Result<&Store, String> {
@@ -115,8 +114,8 @@ impl Admin {
 
     /// Operator actions over the apps of the running config.
     fn ops(&self) -> Result<Ops, String> {
-        let egress = self.egress.get().map_err(|e| e.to_string())?.clone();
-        Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone(), egress))
+        let notes = self.notes.get().map_err(|e| e.to_string())?.clone();
+        Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone(), notes))
     }
 
     /// Ready: the Slack listener accepts connections, Redis answers within a second and the
@@ -252,21 +251,11 @@ async fn read_form(session: &mut ServerSession, timeout: Duration) -> Result<Vec
     Ok(body)
 }
 
-/// Read the next request's head; `false` when there is none to serve. One that does not parse
-/// is answered 400, and never logged: Pingora's own HTTP app (`ServeHttp`) writes the request's
-/// bytes at ERROR, an `Authorization: Bearer <admin token>` among them.
-async fn read_head(session: &mut ServerSession) -> bool {
-    match session.read_request().await {
-        Ok(read) => read,
-        Err(e) if *e.etype() == pingora::ErrorType::InvalidHTTPHeader => {
-            let (parts, body) = text(StatusCode::BAD_REQUEST, "bad request").into_parts();
-            // Writes the answer and turns keep-alive off.
-            let _ = session.write_error_response(parts.into(), body.into()).await;
-            session.shutdown().await;
-            false
-        }
-        Err(_) => false,
-    }
+/// A request whose head does not parse: 400, and never logged (the head may hold an
+/// `Authorization: Bearer <admin token>`).
+fn bad_head(_: &pingora::Error) -> Option<(pingora::http::ResponseHeader, bytes::Bytes)> {
+    let (parts, body) = text(StatusCode::BAD_REQUEST, "bad request").into_parts();
+    Some((parts.into(), body.into()))
 }
 
 #[async_trait]
@@ -276,7 +265,7 @@ impl HttpServerApp for Admin {
         mut session: ServerSession,
         shutdown: &ShutdownWatch,
     ) -> Option<ReusedHttpStream> {
-        if !read_head(&mut session).await {
+        if !crate::serve::read_head(&mut session, bad_head).await {
             return None;
         }
         let limits = self.live.get().config.server.limits;

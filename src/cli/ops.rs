@@ -76,8 +76,8 @@ pub(super) async fn connect(t: &Target) -> anyhow::Result<Ops> {
     let endpoint = outbox::Endpoint::new(target, config.redis.auth.clone());
     let store = outbox::LazyStore::outbox(&endpoint, Duration::from_secs(5)).get()?.clone();
     store.ping().await.context("cannot reach Redis")?;
-    let egress = crate::store::Lazy::egress(&endpoint, &config.redis.key_prefix).get()?.clone();
-    Ok(Ops::new(config, store, egress))
+    let notes = crate::store::Lazy::notes(&endpoint, &config.redis.key_prefix).get()?.clone();
+    Ok(Ops::new(config, store, notes))
 }
 
 fn age(ms: u64) -> String {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::slack_api::Identity;
+use super::model::Identity;
 use super::store::EgressStore;
 use crate::store::StoreError;
 

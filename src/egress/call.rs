@@ -1,55 +1,18 @@
 //! One Web API call as the bot sent it: the method from the path, the token (bearer header, or
 //! a `token` field as some clients send it), and the few fields the egress reads from a write —
-//! channel, thread, message ts, text — out of a form or JSON body, which is forwarded untouched.
+//! channel, thread, message ts, text — out of a form or JSON body, which is forwarded untouched;
+//! a write's arguments sent in the query, and the digest that identifies its request. The
+//! call's types are the model's (`model::Call`); this reads them.
 
-use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
+use super::model::{Call, Fields, Verb};
 use crate::secret::Secret;
+use crate::slack::digest;
 
-/// A call, read whole.
-pub struct Call {
-    pub method: String,
-    /// As the bot sent it: a GET stays a GET (its arguments are in the query).
-    pub verb: Verb,
-    /// `/api/<method>` plus the query, as it goes to Slack.
-    pub path_and_query: String,
-    /// The bot's end-to-end headers, as they go to Slack (`headers::toward_slack`).
-    pub headers: http::HeaderMap,
-    pub idempotency_key: Option<String>,
-    pub body: Bytes,
-    /// The token, from the bearer header or the body; never logged or stored.
-    pub token: Option<Secret>,
-    pub fields: Fields,
-}
-
-/// What a write says about where it goes.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Fields {
-    pub channel: Option<String>,
-    pub thread_ts: Option<String>,
-    /// The message a `chat.update` or `chat.delete` acts on.
-    pub ts: Option<String>,
-    pub text: Option<String>,
-}
-
-impl Fields {
-    /// The thread a write belongs to: `thread_ts`, or for an update or delete the message it
-    /// acts on.
-    pub fn thread(&self) -> Option<&str> {
-        self.thread_ts.as_deref().or(self.ts.as_deref())
-    }
-}
-
-/// The HTTP methods the Web API takes: its arguments in the query (GET) or the body (POST).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
-    Get,
-    Post,
-}
-
+/// How a call's HTTP method is read, and sent on.
 impl Verb {
     /// `None` for any other method: the egress answers it 405 and sends nothing.
     pub fn of(method: &http::Method) -> Option<Verb> {
@@ -123,6 +86,40 @@ pub fn token_hash(key: &[u8], token: &Secret) -> String {
     hex::encode(&mac.finalize().into_bytes()[..16])
 }
 
+/// The query of a call's path ("" without one).
+fn query(call: &Call) -> &str {
+    call.path_and_query.split_once('?').map_or("", |(_, q)| q)
+}
+
+/// Arguments sent in the query (an empty body, as curl examples do) are the write's too: its
+/// fields and token come from there when the body does not say them.
+pub fn with_query_args(call: &mut Call) {
+    let q = query(call);
+    if q.is_empty() {
+        return;
+    }
+    let (from_query, query_token) = fields(Some("application/x-www-form-urlencoded"), q.as_bytes());
+    let f = &mut call.fields;
+    f.channel = f.channel.take().or(from_query.channel);
+    f.thread_ts = f.thread_ts.take().or(from_query.thread_ts);
+    f.ts = f.ts.take().or(from_query.ts);
+    f.text = f.text.take().or(from_query.text);
+    if call.token.is_none() {
+        call.token = token(None, query_token);
+    }
+}
+
+/// The digest of a request's query and body, length-prefixed so that no argument can move
+/// between them unseen.
+pub fn request_digest(call: &Call) -> String {
+    let q = query(call);
+    let mut bytes = Vec::with_capacity(8 + q.len() + call.body.len());
+    bytes.extend_from_slice(&(q.len() as u64).to_be_bytes());
+    bytes.extend_from_slice(q.as_bytes());
+    bytes.extend_from_slice(&call.body);
+    digest(&bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +171,41 @@ mod tests {
         assert_ne!(a, b, "keyed");
         assert_eq!(a.len(), 32);
         assert!(!a.contains("xoxb"));
+    }
+
+    fn call(path_and_query: &str, body: &str) -> Call {
+        let (fields, body_token) = fields(None, body.as_bytes());
+        Call {
+            method: "chat.postMessage".into(),
+            verb: Verb::Post,
+            path_and_query: path_and_query.into(),
+            headers: http::HeaderMap::new(),
+            idempotency_key: None,
+            body: body.to_string().into(),
+            token: token(None, body_token),
+            fields,
+        }
+    }
+
+    #[test]
+    fn query_arguments_are_the_writes_too_and_the_body_wins() {
+        let mut c = call("/api/chat.postMessage?channel=CQ&text=from+query&token=xoxb-q", "");
+        with_query_args(&mut c);
+        assert_eq!((c.fields.channel.as_deref(), c.fields.text.as_deref()), (Some("CQ"), Some("from query")));
+        assert_eq!(c.token.unwrap().expose(), b"xoxb-q");
+        let mut c = call("/api/chat.postMessage?channel=CQ&thread_ts=1.5", "channel=CB&text=t&token=xoxb-b");
+        with_query_args(&mut c);
+        assert_eq!((c.fields.channel.as_deref(), c.fields.thread_ts.as_deref()), (Some("CB"), Some("1.5")));
+        assert_eq!(c.token.unwrap().expose(), b"xoxb-b");
+    }
+
+    #[test]
+    fn every_argument_counts_in_the_digest_wherever_it_was_sent() {
+        let d = |pq: &str, body: &str| request_digest(&call(pq, body));
+        let (a, b) = (d("/api/m?text=one", ""), d("/api/m?text=two", ""));
+        assert_ne!(a, b, "the query counts");
+        assert_ne!(d("/api/m?a", "b"), d("/api/m?ab", ""), "nothing moves between query and body unseen");
+        assert_eq!(d("/api/m", "x=1"), d("/api/m?", "x=1"), "an empty query is no query");
+        assert_ne!(d("/api/m", "x=1"), d("/api/m", "x=2"));
     }
 }

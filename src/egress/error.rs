@@ -1,8 +1,7 @@
 //! The egress's own errors, and the one place each becomes what the bot gets: a status, a
 //! Slack-shaped `{"ok": false, "error": …}`, the outcome it is counted as, and `Retry-After`.
 
-use super::plan::Gone;
-use super::{Outcome, Reply};
+use super::model::{Gone, Outcome, Reply};
 
 /// What a bot's client is told to wait before it retries an unknown write.
 const UNKNOWN_RETRY_AFTER: u64 = 5;

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::slack_api::Identity;
+use super::model::Identity;
 
 /// How long a token's identity is trusted.
 pub const IDENTITY_TTL: Duration = Duration::from_secs(3600);

@@ -4,56 +4,53 @@
 //! unsettled, and the next call with the key settles it by the uncertain-write rules — a 409
 //! lasts only as long as the first call could still be running.
 
-use std::sync::Arc;
-
-use pingora::protocols::http::ServerSession;
 use tracing::warn;
 
+use super::ctx::Ctx;
 use super::error::Error;
 use super::lease::{nonce, Lease};
-use super::plan::{self, KeyKind, KeyStep};
-use super::store::IdemEnd;
-use super::uncertain::Unsettled;
-use super::write::{settles, Write};
-use super::{Egress, Outcome, Reply};
+use super::model::{IdemEnd, Outcome, Reply, Write};
+use super::plan::{self, KeyStep};
+use super::store::EgressStore;
 use crate::slack::digest;
 
-impl Egress {
-    /// `Idempotency-Key`: replayed, refused while in flight or for another request, or sent.
-    pub(super) async fn keyed(self: &Arc<Self>, w: Arc<Write>, key: &str, session: &mut ServerSession) -> bool {
-        let reply = self.keyed_reply(&w, key).await;
-        self.finish_reply(&w.call, KeyKind::Key, reply, session).await
-    }
+/// The key, this call's now: its record, the owner nonce, and the lease kept while it runs.
+pub(super) struct Claim<'a> {
+    store: &'a EgressStore,
+    record: String,
+    owner: String,
+    _lease: Lease,
+    /// The key's earlier call never settled (sent then): this call settles it.
+    pub unsettled: Option<u64>,
+}
 
-    async fn keyed_reply(&self, w: &Write, key: &str) -> Reply {
-        let (Some(store), Some(th)) = (self.store(), w.token_hash.as_deref()) else {
-            return Error::StoreUnavailable.into();
-        };
-        let record = store.idem_key(th, &w.call.method, &digest(key.as_bytes()));
-        let owner = nonce();
-        let claim = self.step(w, store.idem_claim(&record, &w.digest, &owner)).await.ok();
-        let unsettled = match plan::on_key(claim) {
-            KeyStep::Refuse(e) => return e.into(),
-            KeyStep::Replay(c) => {
-                let mut r = Reply::new(c, Outcome::ReplayedKey);
-                r.headers.push(("Idempotent-Replayed", "true"));
-                return r;
-            }
-            KeyStep::Send => None,
-            KeyStep::Reconcile { sent_ms } => Some(sent_ms),
-        };
-        let _lease = Lease::keep(store, record.clone(), owner.clone());
-        let reply = match unsettled {
-            None => self.send(w).await,
-            Some(sent_ms) => match self.unsettled(w, sent_ms).await {
-                Unsettled::Answer(reply) => reply,
-                Unsettled::SendAgain => self.send(w).await,
-            },
-        };
-        let end = IdemEnd::settled(settles(&reply), &reply.answer);
-        if let Err(e) = self.step(w, store.idem_finish(&record, &owner, end)).await {
-            warn!(error = %e, "cannot record the idempotent answer; the next call with the key settles it");
+/// Claim the write's key; `Err` with the answer when the claim decides it: the key's earlier
+/// answer replayed, or refused while in flight, for another request, or without a store.
+pub(super) async fn claim<'a>(ctx: &'a Ctx, w: &Write, key: &str) -> Result<Claim<'a>, Reply> {
+    let (Some(store), Some(th)) = (ctx.store(), w.token_hash.as_deref()) else {
+        return Err(Error::StoreUnavailable.into());
+    };
+    let record = store.idem_key(th, &w.call.method, &digest(key.as_bytes()));
+    let owner = nonce();
+    let claim = ctx.step(w, store.idem_claim(&record, &w.digest, &owner)).await.ok();
+    let unsettled = match plan::on_key(claim) {
+        KeyStep::Refuse(e) => return Err(e.into()),
+        KeyStep::Replay(c) => {
+            let mut r = Reply::new(c, Outcome::ReplayedKey);
+            r.headers.push(("Idempotent-Replayed", "true"));
+            return Err(r);
         }
-        reply
+        KeyStep::Send => None,
+        KeyStep::Reconcile { sent_ms } => Some(sent_ms),
+    };
+    let _lease = Lease::keep(store, record.clone(), owner.clone());
+    Ok(Claim { store, record, owner, _lease, unsettled })
+}
+
+/// Record how the keyed call ended (`plan::settles`); its lease ends with it.
+pub(super) async fn finish(ctx: &Ctx, w: &Write, claim: Claim<'_>, reply: &Reply) {
+    let end = IdemEnd::settled(plan::settles(reply.outcome, reply.answer.succeeded()), &reply.answer);
+    if let Err(e) = ctx.step(w, claim.store.idem_finish(&claim.record, &claim.owner, end)).await {
+        warn!(error = %e, "cannot record the idempotent answer; the next call with the key settles it");
     }
 }

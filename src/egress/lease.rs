@@ -7,7 +7,8 @@
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use super::store::{EgressStore, LEASE_RENEW_EVERY};
+use super::model::LEASE_RENEW_EVERY;
+use super::store::EgressStore;
 
 /// Renews one record's lease until dropped.
 pub(super) struct Lease {

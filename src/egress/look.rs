@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::slack_api::{Identity, SlackApi};
-use super::store::Cached;
+use super::model::{Cached, Identity};
+use super::slack_api::SlackApi;
 use crate::secret::Secret;
 use crate::slack::digest;
 use crate::upstream::SendError;

@@ -16,9 +16,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::error::Error;
-use super::store::{Cached, IdemClaim, LEASE, LEASE_RENEW_EVERY};
-use super::Outcome;
-use crate::outbox::{Change, WriteKind};
+use super::model::{Cached, Gone, IdemClaim, Outcome, Settle, SourceState, LEASE, LEASE_RENEW_EVERY};
+use crate::outbox::WriteKind;
 
 /// Which key a write carried, as its audit line says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,45 +169,6 @@ pub(super) fn on_fingerprint<T>(seen: FpSeen<T>, before_deadline: bool) -> FpSte
     }
 }
 
-/// What the gateway recorded about a delivered message since it was delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SourceState {
-    /// Neither deleted nor edited.
-    Current,
-    Deleted,
-    Edited,
-}
-
-impl From<Option<Change>> for SourceState {
-    /// What the conversation records say of the message (see `outbox::Change`).
-    fn from(change: Option<Change>) -> Self {
-        match change {
-            Some(Change::Deleted) => SourceState::Deleted,
-            Some(Change::Edited) => SourceState::Edited,
-            None => SourceState::Current,
-        }
-    }
-}
-
-/// Why a write was withheld.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Gone {
-    Deleted,
-    Edited,
-    /// The conversation moved past it: a newer message waits for its turn (`on_newer`).
-    Superseded,
-}
-
-impl Gone {
-    pub fn outcome(self) -> Outcome {
-        match self {
-            Gone::Deleted => Outcome::WithheldDeleted,
-            Gone::Edited => Outcome::WithheldEdited,
-            Gone::Superseded => Outcome::WithheldSuperseded,
-        }
-    }
-}
-
 /// Whether a write attributed to a source in `state` is withheld: its source was deleted, or
 /// edited when `withhold_edited`. An unattributed write is posted.
 pub(super) fn withhold(state: Option<SourceState>, withhold_edited: bool) -> Option<Gone> {
@@ -292,28 +252,6 @@ pub(super) const MIN_RETRY_WAIT: Duration = Duration::from_secs(1);
 pub(super) fn retry_wait(retry_after: Option<Duration>, elapsed: Duration, max_wait: Duration) -> Option<Duration> {
     let wait = retry_after.unwrap_or(MIN_RETRY_WAIT).clamp(MIN_RETRY_WAIT, max_wait.max(MIN_RETRY_WAIT));
     (elapsed.saturating_add(wait) <= max_wait).then_some(wait)
-}
-
-/// What a write's outcome leaves in its record (a key's, a fingerprint's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Settle {
-    /// Slack took it: the answer is kept and replayed.
-    Keep,
-    /// Slack may have taken it: the next identical call reconciles.
-    Unknown,
-    /// Slack did not take it: forgotten, the next call sends again.
-    Drop,
-}
-
-impl Settle {
-    /// As the record's scripts take it (`done`, `unknown`, `drop`).
-    pub fn as_label(self) -> &'static str {
-        match self {
-            Settle::Keep => "done",
-            Settle::Unknown => "unknown",
-            Settle::Drop => "drop",
-        }
-    }
 }
 
 /// What an outcome settles; `ok`: Slack's answer was a success (a 2xx with `"ok": true`).

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::outbox::Change;
 
 #[test]
 fn key_kinds_keep_their_audit_labels() {

@@ -11,46 +11,46 @@ use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use tracing::debug;
 
-use super::call::Call;
+use super::ctx::{respond, Ctx};
 use super::error::Error;
-use super::{headers, respond, Egress, Outcome};
+use super::headers;
+use super::model::{Call, Outcome};
+use super::replies::{history_read, record_page, refused_read};
 
-impl Egress {
-    /// A read; `true` when its answer reached the client whole.
-    pub(super) async fn read(&self, call: &Call, session: &mut ServerSession) -> bool {
-        // A history read is counted against its app's budget (and may come from the record).
-        let who = self.history_read(call).await;
-        if let Some(reply) = self.record_page(call, who.as_ref()).await {
-            self.count("read", reply.outcome);
-            return respond(session, &reply).await;
-        }
-        let started = Instant::now();
-        let opened = self.slack.open(call, self.cfg().timeout).await;
-        self.shared.metrics.egress.slack_seconds.with_label_values(&["read"]).observe(started.elapsed().as_secs_f64());
-        match opened {
-            Ok(answer) if answer.status() == 429 && who.is_some() => {
-                let after = answer.headers().get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok());
-                let after = after.and_then(crate::upstream::parse_retry_after);
-                match self.refused_read(call, who.as_ref(), after).await {
-                    Some(reply) => {
-                        self.count("read", reply.outcome);
-                        respond(session, &reply).await
-                    }
-                    None => {
-                        self.count("read", Outcome::Forwarded);
-                        relay(session, answer, self.cfg().timeout).await
-                    }
+/// A read; `true` when its answer reached the client whole.
+pub(super) async fn read(ctx: &Ctx, call: &Call, session: &mut ServerSession) -> bool {
+    // A history read is counted against its app's budget (and may come from the record).
+    let who = history_read(ctx, call).await;
+    if let Some(reply) = record_page(ctx, call, who.as_ref()).await {
+        ctx.count("read", reply.outcome);
+        return respond(session, &reply).await;
+    }
+    let started = Instant::now();
+    let opened = ctx.slack.open(call, ctx.cfg().timeout).await;
+    ctx.shared.metrics.egress.slack_seconds.with_label_values(&["read"]).observe(started.elapsed().as_secs_f64());
+    match opened {
+        Ok(answer) if answer.status() == 429 && who.is_some() => {
+            let after = answer.headers().get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok());
+            let after = after.and_then(crate::upstream::parse_retry_after);
+            match refused_read(ctx, call, who.as_ref(), after).await {
+                Some(reply) => {
+                    ctx.count("read", reply.outcome);
+                    respond(session, &reply).await
+                }
+                None => {
+                    ctx.count("read", Outcome::Forwarded);
+                    relay(session, answer, ctx.cfg().timeout).await
                 }
             }
-            Ok(answer) => {
-                self.count("read", Outcome::Forwarded);
-                relay(session, answer, self.cfg().timeout).await
-            }
-            Err(e) => {
-                debug!(method = %call.method, error = %e, "Slack did not answer a read");
-                self.count("read", Outcome::Failed);
-                respond(session, &Error::Upstream.into()).await
-            }
+        }
+        Ok(answer) => {
+            ctx.count("read", Outcome::Forwarded);
+            relay(session, answer, ctx.cfg().timeout).await
+        }
+        Err(e) => {
+            debug!(method = %call.method, error = %e, "Slack did not answer a read");
+            ctx.count("read", Outcome::Failed);
+            respond(session, &Error::Upstream.into()).await
         }
     }
 }

@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::budget::Budget;
-use super::call::{token_hash, Call};
-use super::slack_api::Identity;
-use super::{Egress, Outcome, Reply};
+use super::call::token_hash;
+use super::ctx::Ctx;
+use super::model::{Call, Identity, Outcome, Reply};
 use crate::clock::now_ms;
 use crate::seen::RepliesQuery;
 use tracing::warn;
@@ -56,84 +56,82 @@ fn args(call: &Call) -> HashMap<String, String> {
     out
 }
 
-impl Egress {
-    /// Who makes a history read, with the call counted against its budget; `None` when it is
-    /// not one, or who it is cannot be told (no token, no Redis).
-    pub(super) async fn history_read(&self, call: &Call) -> Option<Identity> {
-        if !is_history(&call.method) {
-            return None;
-        }
-        let (token, store) = (call.token.as_ref()?, self.store()?);
-        let th = token_hash(&store.hash_key().await.ok()?, token);
-        let who = self.slack.identity(&th, token).await?;
-        self.shared.metrics.egress.history_calls.with_label_values(&[&call.method, "bot"]).inc();
-        // Counted beside the call, not before it: the read never waits on Redis.
-        let (store, counted, method) = (store.clone(), who.clone(), call.method.clone());
-        let per_minute = self.cfg().history_tier.per_minute();
-        tokio::spawn(async move {
-            let budget = Budget { who: &counted, method: &method, per_minute };
-            if let Err(e) = store.history_count(&budget, now_ms()).await {
-                warn!(error = %e, "cannot count a history read against its budget");
-            }
-        });
-        Some(who)
+/// Who makes a history read, with the call counted against its budget; `None` when it is
+/// not one, or who it is cannot be told (no token, no Redis).
+pub(super) async fn history_read(ctx: &Ctx, call: &Call) -> Option<Identity> {
+    if !is_history(&call.method) {
+        return None;
     }
+    let (token, store) = (call.token.as_ref()?, ctx.store()?);
+    let th = token_hash(&store.hash_key().await.ok()?, token);
+    let who = ctx.slack.identity(&th, token).await?;
+    ctx.shared.metrics.egress.history_calls.with_label_values(&[&call.method, "bot"]).inc();
+    // Counted beside the call, not before it: the read never waits on Redis.
+    let (store, counted, method) = (store.clone(), who.clone(), call.method.clone());
+    let per_minute = ctx.cfg().history_tier.per_minute();
+    tokio::spawn(async move {
+        let budget = Budget { who: &counted, method: &method, per_minute };
+        if let Err(e) = store.history_count(&budget, now_ms()).await {
+            warn!(error = %e, "cannot count a history read against its budget");
+        }
+    });
+    Some(who)
+}
 
-    /// The next page of a thread the record answered: from the record again (Slack would not
-    /// know its cursor).
-    pub(super) async fn record_page(&self, call: &Call, who: Option<&Identity>) -> Option<Reply> {
-        if call.method != "conversations.replies" || !self.cfg().replies_fallback {
-            return None;
-        }
-        let a = args(call);
-        let q = RepliesQuery::from_args(|k| a.get(k).cloned())?;
-        if !q.continues_record() {
-            return None;
-        }
-        let Some(who) = who else { return Some(invalid_cursor()) };
-        Some(self.answer_from_record(who, &q).await.unwrap_or_else(invalid_cursor))
+/// The next page of a thread the record answered: from the record again (Slack would not
+/// know its cursor).
+pub(super) async fn record_page(ctx: &Ctx, call: &Call, who: Option<&Identity>) -> Option<Reply> {
+    if call.method != "conversations.replies" || !ctx.cfg().replies_fallback {
+        return None;
     }
+    let a = args(call);
+    let q = RepliesQuery::from_args(|k| a.get(k).cloned())?;
+    if !q.continues_record() {
+        return None;
+    }
+    let Some(who) = who else { return Some(invalid_cursor()) };
+    Some(answer_from_record(ctx, who, &q).await.unwrap_or_else(invalid_cursor))
+}
 
-    /// Slack refused a history read (429, `retry_after`): kept for the egress's own looks, and
-    /// a `conversations.replies` answered from the record when it can be.
-    pub(super) async fn refused_read(
-        &self,
-        call: &Call,
-        who: Option<&Identity>,
-        retry_after: Option<Duration>,
-    ) -> Option<Reply> {
-        let (who, store) = (who?, self.store()?);
-        let budget = Budget { who, method: &call.method, per_minute: self.cfg().history_tier.per_minute() };
-        let after = retry_after.unwrap_or(Duration::from_secs(60));
-        if let Err(e) = store.history_refused(&budget, now_ms(), after).await {
-            warn!(error = %e, "cannot keep Slack's Retry-After for history");
-        }
-        if call.method != "conversations.replies" || !self.cfg().replies_fallback {
+/// Slack refused a history read (429, `retry_after`): kept for the egress's own looks, and
+/// a `conversations.replies` answered from the record when it can be.
+pub(super) async fn refused_read(
+    ctx: &Ctx,
+    call: &Call,
+    who: Option<&Identity>,
+    retry_after: Option<Duration>,
+) -> Option<Reply> {
+    let (who, store) = (who?, ctx.store()?);
+    let budget = Budget { who, method: &call.method, per_minute: ctx.cfg().history_tier.per_minute() };
+    let after = retry_after.unwrap_or(Duration::from_secs(60));
+    if let Err(e) = store.history_refused(&budget, now_ms(), after).await {
+        warn!(error = %e, "cannot keep Slack's Retry-After for history");
+    }
+    if call.method != "conversations.replies" || !ctx.cfg().replies_fallback {
+        return None;
+    }
+    let a = args(call);
+    let q = RepliesQuery::from_args(|k| a.get(k).cloned())?;
+    answer_from_record(ctx, who, &q).await
+}
+
+/// The thread from the record, when it holds it from its root.
+async fn answer_from_record(ctx: &Ctx, who: &Identity, q: &RepliesQuery) -> Option<Reply> {
+    ctx.shared.seen.settled(SETTLE).await;
+    let store = ctx.store()?;
+    let messages = match store.seen().thread(&who.team, &q.channel, &q.ts).await {
+        Ok(m) => m?,
+        Err(e) => {
+            warn!(error = %e, "cannot read the record of a thread");
             return None;
         }
-        let a = args(call);
-        let q = RepliesQuery::from_args(|k| a.get(k).cloned())?;
-        self.answer_from_record(who, &q).await
-    }
-
-    /// The thread from the record, when it holds it from its root.
-    async fn answer_from_record(&self, who: &Identity, q: &RepliesQuery) -> Option<Reply> {
-        self.shared.seen.settled(SETTLE).await;
-        let store = self.store()?;
-        let messages = match store.seen().thread(&who.team, &q.channel, &q.ts).await {
-            Ok(m) => m?,
-            Err(e) => {
-                warn!(error = %e, "cannot read the record of a thread");
-                return None;
-            }
-        };
-        let page = q.page(&messages, self.cfg().history_tier.page())?;
-        self.shared.metrics.egress.replies_from_record.inc();
-        tracing::info!(target: "slackgate::audit", channel = %q.channel, thread = %q.ts, "egress replies from the record");
-        let mut reply = Reply::own(200, page, Outcome::FromRecord, None);
-        reply.headers.push(("X-Slackgate-Source", "record"));
-        Some(reply)
-    }
+    };
+    let page = q.page(&messages, ctx.cfg().history_tier.page())?;
+    ctx.shared.metrics.egress.replies_from_record.inc();
+    tracing::info!(target: "slackgate::audit", channel = %q.channel, thread = %q.ts, "egress replies from the record");
+    let mut reply = Reply::own(200, page, Outcome::FromRecord, None);
+    reply.headers.push(("X-Slackgate-Source", "record"));
+    Some(reply)
 }
 
 /// Slack's answer to a cursor it does not know.

@@ -28,26 +28,42 @@ redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5])
 return {3, r[7] or ''}
 "#;
 
+/// How a record (a key's, a fingerprint's) is settled, written once for both: ARGV[2] says
+/// what (done | unknown | drop), then for done: status, content type, body, retry-after in
+/// ARGV[3..6]. Done keeps the answer (for `ttl` ms when given), unknown keeps the intent for
+/// the next identical call to settle, anything else forgets the record. Settling ends the
+/// lease (KEYS[2]).
+macro_rules! settle_lua {
+    () => {
+        r#"
+local function settle(ttl)
+  if ARGV[2] == 'done' then
+    redis.call('HSET', KEYS[1], 's', 'done', 'st', ARGV[3], 'ct', ARGV[4], 'b', ARGV[5], 'ra', ARGV[6])
+    if ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  elseif ARGV[2] == 'unknown' then
+    redis.call('HSET', KEYS[1], 's', 'unknown')
+  else
+    redis.call('DEL', KEYS[1])
+  end
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+"#
+    };
+}
+
 /// KEYS: the idempotency record, its lease. ARGV: owner nonce, what (done | unknown | drop),
 /// then for done: status, content type, body, retry-after, ttl ms.
 /// A success is kept whoever reports it (it is Slack's true answer); unknown and drop only by
 /// the call that holds the claim, so a call whose lease was taken over cannot undo the new one.
-pub const IDEM_FINISH: &str = r#"
-if ARGV[2] == 'done' then
-  redis.call('HSET', KEYS[1], 's', 'done', 'st', ARGV[3], 'ct', ARGV[4], 'b', ARGV[5], 'ra', ARGV[6])
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  redis.call('DEL', KEYS[2])
-  return 1
-end
+pub const IDEM_FINISH: &str = concat!(
+    settle_lua!(),
+    r#"
+if ARGV[2] == 'done' then return settle(ARGV[7]) end
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
-if ARGV[2] == 'unknown' then
-  redis.call('HSET', KEYS[1], 's', 'unknown')
-else
-  redis.call('DEL', KEYS[1])
-end
-redis.call('DEL', KEYS[2])
-return 1
-"#;
+return settle(nil)
+"#
+);
 
 /// KEYS: a record (idempotency or retry fingerprint), its lease. ARGV: owner nonce, lease ms.
 /// The owner's call is still running: its lease goes on, and `hb` counts the beats, which lets
@@ -94,7 +110,9 @@ return {'new'}
 /// unknown | drop), then for done: status, content type, body, retry-after. Only the owner
 /// changes it, except `delivered`, which any replay that reached its client may say. Settling
 /// (done, unknown, drop) ends the lease.
-pub const FP_SET: &str = r#"
+pub const FP_SET: &str = concat!(
+    settle_lua!(),
+    r#"
 if ARGV[2] == 'delivered' then
   if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'lost', '0') end
   return 1
@@ -103,16 +121,10 @@ if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 if ARGV[2] == 'lost' then
   redis.call('HSET', KEYS[1], 'lost', '1')
   return 1
-elseif ARGV[2] == 'done' then
-  redis.call('HSET', KEYS[1], 's', 'done', 'st', ARGV[3], 'ct', ARGV[4], 'b', ARGV[5], 'ra', ARGV[6])
-elseif ARGV[2] == 'unknown' then
-  redis.call('HSET', KEYS[1], 's', 'unknown')
-else
-  redis.call('DEL', KEYS[1])
 end
-redis.call('DEL', KEYS[2])
-return 1
-"#;
+return settle(nil)
+"#
+);
 
 /// KEYS: an app's pacing bucket in a channel. ARGV: now ms, ms per post, burst, most ms to wait.
 /// GCRA: the bucket holds the theoretical arrival time of the next post; `burst` posts may come

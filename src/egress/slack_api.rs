@@ -10,20 +10,11 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use serde_json::Value;
 
-use super::call::{Call, Verb};
 use super::identities::Identities;
-use super::MAX_KEPT_ANSWER;
+use super::model::{Call, Identity, Verb};
 use crate::config::Upstream;
 use crate::secret::Secret;
 use crate::upstream::{Response, SendError, UpstreamClient};
-
-/// Who a token speaks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    pub team: String,
-    pub user_id: String,
-    pub bot_id: String,
-}
 
 /// Which `Accept-Encoding` goes to Slack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +24,10 @@ enum Encoding {
     /// `identity`: the egress reads the answer.
     Identity,
 }
+
+/// What the egress buffers of an answer of Slack's: a write's (kept for its replays) and its
+/// own calls' (`auth.test`, the history it reconciles against). Reads are streamed, unbounded.
+const MAX_KEPT_ANSWER: usize = 8 << 20;
 
 pub struct SlackApi {
     base: Upstream,

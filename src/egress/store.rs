@@ -6,33 +6,23 @@
 //! delivered message), `…:t:<thread>` (its thread's latest), `…:p:<posted ts>` (a post's
 //! source), `…:pace:<app identity>`, `…:r:<delivery>:<run>:<method>` and
 //! `…:w:<delivery>:<method>:<k>` (re-runs); `{P:egress}:hashkey`, `…:notes:withheld`,
-//! `…:notes:unknown` (see `notes`).
+//! `…:notes:unknown` (kept by `outbox::Notes`).
 
 use std::time::Duration;
 
-use crate::outbox::{channel_tag, Channel, Conversations, Source};
+use crate::outbox::{channel_tag, Channel, Conversations};
 use crate::store::{connect_lazy, Conn, Endpoint, Lazy};
 use bytes::Bytes;
 use redis::{AsyncCommands, Script, Value};
 use tokio::sync::OnceCell;
 
-use super::plan::{Settle, SourceState};
+use super::model::{Cached, Fingerprint, FpUpdate, IdemClaim, IdemEnd, Place, Settle, LEASE};
 use super::scripts;
 
 mod channel;
 use crate::store::StoreError;
 
-/// An answer from Slack, as cached and replayed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cached {
-    pub status: u16,
-    pub content_type: String,
-    pub body: Bytes,
-    pub retry_after: Option<u64>,
-    /// The small set of Slack's headers the answer keeps (`egress::headers::kept`).
-    pub headers: Vec<(String, String)>,
-}
-
+/// How an answer is written to a record and read back from one.
 impl Cached {
     fn args(&self) -> [Vec<u8>; 4] {
         [
@@ -80,123 +70,6 @@ impl Cached {
     }
 }
 
-pub enum IdemClaim {
-    Claimed,
-    /// Another call with the key is in flight (its lease is alive).
-    InFlight,
-    Done(Cached),
-    /// The key came with another request (body or query) than the one it was first used for.
-    Reused,
-    /// An earlier call with the key never settled (it died, or its outcome was unknown): this
-    /// call holds the claim now and settles it by the uncertain-write rules.
-    Unsettled {
-        sent_ms: u64,
-    },
-}
-
-/// How a keyed call ended, for its record.
-pub enum IdemEnd<'a> {
-    Done(&'a Cached),
-    Unknown,
-    Drop,
-}
-
-pub enum Fingerprint {
-    New,
-    /// An identical call is in flight, its client waiting; `beats` counts its lease renewals.
-    Busy {
-        beats: u64,
-    },
-    Wait,
-    Replay(Cached),
-    /// The earlier identical call never settled; ours now, to settle by the uncertain rules.
-    Unsettled {
-        sent_ms: u64,
-    },
-}
-
-/// How long an in-flight claim (a key, a retry fingerprint) lives unless its call renews it.
-pub const LEASE: Duration = Duration::from_secs(3);
-/// How often a running call renews its claim's lease.
-pub const LEASE_RENEW_EVERY: Duration = Duration::from_secs(1);
-
-/// What changes about a fingerprint.
-#[derive(Clone, Copy)]
-pub enum FpUpdate<'a> {
-    /// The call's client went before its answer: the answer is its retry's.
-    Lost,
-    /// A replayed answer reached its client.
-    Delivered,
-    Done(&'a Cached),
-    Unknown,
-    Drop,
-}
-
-impl<'a> FpUpdate<'a> {
-    /// As the `fp_set` script takes it.
-    pub fn as_label(self) -> &'static str {
-        match self {
-            FpUpdate::Lost => "lost",
-            FpUpdate::Delivered => "delivered",
-            FpUpdate::Done(_) => Settle::Keep.as_label(),
-            FpUpdate::Unknown => Settle::Unknown.as_label(),
-            FpUpdate::Drop => Settle::Drop.as_label(),
-        }
-    }
-
-    /// How a settled outcome is written to a fingerprint.
-    pub(super) fn settled(settle: Settle, answer: &'a Cached) -> Self {
-        match settle {
-            Settle::Keep => FpUpdate::Done(answer),
-            Settle::Unknown => FpUpdate::Unknown,
-            Settle::Drop => FpUpdate::Drop,
-        }
-    }
-}
-
-impl<'a> IdemEnd<'a> {
-    /// How a settled outcome is written to a key's record.
-    pub(super) fn settled(settle: Settle, answer: &'a Cached) -> Self {
-        match settle {
-            Settle::Keep => IdemEnd::Done(answer),
-            Settle::Unknown => IdemEnd::Unknown,
-            Settle::Drop => IdemEnd::Drop,
-        }
-    }
-}
-
-/// The delivered message a write answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attributed {
-    pub ts: String,
-    pub delivery: String,
-    /// The attempt (run) the delivery is on.
-    pub run: u64,
-    pub state: SourceState,
-    /// The app it was delivered to, and its conversation (empty when its record kept none).
-    pub app: String,
-    pub conversation: String,
-}
-
-impl From<Source> for Attributed {
-    fn from(s: Source) -> Self {
-        Attributed {
-            ts: s.ts,
-            delivery: s.delivery,
-            run: s.run,
-            state: SourceState::from(s.change),
-            app: s.app,
-            conversation: s.conversation,
-        }
-    }
-}
-
-/// Where a write goes: a channel of a workspace.
-pub struct Place<'a> {
-    pub team: &'a str,
-    pub channel: &'a str,
-}
-
 #[derive(Clone)]
 pub struct EgressStore {
     pub(super) conn: Conn,
@@ -216,7 +89,7 @@ struct Scripts {
     run_record: Script,
 }
 
-pub(super) const DAY_MS: u64 = 24 * 3600 * 1000;
+const DAY_MS: u64 = 24 * 3600 * 1000;
 
 impl Lazy<EgressStore> {
     /// The egress's records under `prefix`, connected on first use (see [`Lazy`]).
@@ -258,6 +131,11 @@ impl EgressStore {
         crate::seen::Record::new(self.conn.clone(), &self.prefix)
     }
 
+    /// The notes for operators (withheld and unknown writes), on the same connection.
+    pub fn notes(&self) -> crate::outbox::Notes {
+        crate::outbox::Notes::new(self.conn.clone(), &self.prefix)
+    }
+
     pub(super) fn prefix(&self) -> &str {
         &self.prefix
     }
@@ -271,7 +149,7 @@ impl EgressStore {
         channel_tag(&self.prefix, Channel { team: p.team, channel: p.channel })
     }
 
-    pub(super) fn global(&self, what: &str) -> String {
+    fn global(&self, what: &str) -> String {
         format!("{{{}:egress}}:{what}", self.prefix)
     }
 
@@ -413,23 +291,5 @@ mod tests {
         let old = [b"200".to_vec(), b"application/json".to_vec(), b"{}".to_vec(), Vec::new()];
         let old = Cached::from_parts(&old.map(Value::BulkString)).unwrap();
         assert_eq!((old.content_type.as_str(), old.headers.len()), ("application/json", 0));
-    }
-
-    #[test]
-    fn states_are_written_as_the_scripts_and_existing_records_know_them() {
-        let c = Cached {
-            status: 200,
-            content_type: "application/json".into(),
-            body: Bytes::from_static(b"{}"),
-            retry_after: None,
-            headers: Vec::new(),
-        };
-        let fp = [FpUpdate::Lost, FpUpdate::Delivered, FpUpdate::Done(&c), FpUpdate::Unknown, FpUpdate::Drop];
-        assert_eq!(fp.map(FpUpdate::as_label), ["lost", "delivered", "done", "unknown", "drop"]);
-        let settled = [Settle::Keep, Settle::Unknown, Settle::Drop].map(|s| FpUpdate::settled(s, &c).as_label());
-        assert_eq!(settled, ["done", "unknown", "drop"]);
-        assert!(matches!(IdemEnd::settled(Settle::Keep, &c), IdemEnd::Done(_)));
-        assert!(matches!(IdemEnd::settled(Settle::Unknown, &c), IdemEnd::Unknown));
-        assert!(matches!(IdemEnd::settled(Settle::Drop, &c), IdemEnd::Drop));
     }
 }

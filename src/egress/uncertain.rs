@@ -30,15 +30,14 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::budget::Budget;
+use super::ctx::{forwarded, Ctx};
 use super::error::Error;
 use super::look::{posted, LookError};
-use super::notes::NoteList;
+use super::model::{Cached, Identity, Outcome, Reply, Write};
 use super::plan::{self, FromEvents, Recovery, Window};
-use super::slack_api::Identity;
-use super::store::{Cached, EgressStore};
-use super::write::{forwarded, Write};
-use super::{Egress, Outcome, Reply};
+use super::store::EgressStore;
 use crate::clock::now_ms;
+use crate::outbox::NoteList;
 use crate::seen::record::Author;
 
 enum Looked {
@@ -74,162 +73,160 @@ async fn sleep_until_ms(at_ms: u64) {
     tokio::time::sleep(Duration::from_millis(at_ms.saturating_sub(now_ms()))).await;
 }
 
-impl Egress {
-    /// This call's own write may have reached Slack without an answer.
-    pub(super) async fn uncertain(&self, w: &Write, who: Option<&Identity>, sent_ms: u64) -> Reply {
-        match plan::recovery(&w.call.method) {
-            Recovery::Unknown => self.unknown(w, Error::Uncertain).await,
-            Recovery::SendAgain => self.send_once_more(w).await,
-            Recovery::LookFor => match self.look_for(w, who, sent_ms, now_ms()).await {
-                Looked::Found(answer) => Reply::new(answer, Outcome::Reconciled),
-                Looked::NotFound => self.send_once_more(w).await,
-                Looked::Unsure(after) => self.unknown_after(w, Error::Uncertain, after).await,
-            },
-        }
+/// This call's own write may have reached Slack without an answer.
+pub(super) async fn uncertain(ctx: &Ctx, w: &Write, who: Option<&Identity>, sent_ms: u64) -> Reply {
+    match plan::recovery(&w.call.method) {
+        Recovery::Unknown => unknown(ctx, w, Error::Uncertain).await,
+        Recovery::SendAgain => send_once_more(ctx, w).await,
+        Recovery::LookFor => match look_for(ctx, w, who, sent_ms, now_ms()).await {
+            Looked::Found(answer) => Reply::new(answer, Outcome::Reconciled),
+            Looked::NotFound => send_once_more(ctx, w).await,
+            Looked::Unsure(after) => unknown_after(ctx, w, Error::Uncertain, after).await,
+        },
     }
+}
 
-    /// An earlier call of this write (sent at `sent_ms`) never settled: its outcome was
-    /// unknown, or its call died holding the claim.
-    pub(super) async fn unsettled(&self, w: &Write, sent_ms: u64) -> Unsettled {
-        match plan::recovery(&w.call.method) {
-            Recovery::Unknown => Unsettled::Answer(self.unknown(w, Error::Uncertain).await),
-            Recovery::SendAgain => Unsettled::SendAgain,
-            Recovery::LookFor => {
-                let who = match (w.token_hash.as_deref(), w.call.token.as_ref()) {
-                    (Some(th), Some(token)) => self.slack.identity(th, token).await,
-                    _ => None,
-                };
-                let (sent_ms, from_ms) = plan::unsettled_from(sent_ms, now_ms(), self.cfg().timeout);
-                match self.look_for(w, who.as_ref(), sent_ms, from_ms).await {
-                    Looked::Found(answer) => Unsettled::Answer(Reply::new(answer, Outcome::Reconciled)),
-                    Looked::NotFound => Unsettled::SendAgain,
-                    Looked::Unsure(after) => Unsettled::Answer(self.unknown_after(w, Error::Uncertain, after).await),
-                }
+/// An earlier call of this write (sent at `sent_ms`) never settled: its outcome was
+/// unknown, or its call died holding the claim.
+pub(super) async fn unsettled(ctx: &Ctx, w: &Write, sent_ms: u64) -> Unsettled {
+    match plan::recovery(&w.call.method) {
+        Recovery::Unknown => Unsettled::Answer(unknown(ctx, w, Error::Uncertain).await),
+        Recovery::SendAgain => Unsettled::SendAgain,
+        Recovery::LookFor => {
+            let who = match (w.token_hash.as_deref(), w.call.token.as_ref()) {
+                (Some(th), Some(token)) => ctx.slack.identity(th, token).await,
+                _ => None,
+            };
+            let (sent_ms, from_ms) = plan::unsettled_from(sent_ms, now_ms(), ctx.cfg().timeout);
+            match look_for(ctx, w, who.as_ref(), sent_ms, from_ms).await {
+                Looked::Found(answer) => Unsettled::Answer(Reply::new(answer, Outcome::Reconciled)),
+                Looked::NotFound => Unsettled::SendAgain,
+                Looked::Unsure(after) => Unsettled::Answer(unknown_after(ctx, w, Error::Uncertain, after).await),
             }
         }
     }
+}
 
-    async fn send_once_more(&self, w: &Write) -> Reply {
-        match forwarded(self.slack.forward(&w.call, self.cfg().timeout).await) {
-            Ok(reply) => reply,
-            Err(_) => self.unknown(w, Error::Uncertain).await,
+async fn send_once_more(ctx: &Ctx, w: &Write) -> Reply {
+    match forwarded(ctx.slack.forward(&w.call, ctx.cfg().timeout).await) {
+        Ok(reply) => reply,
+        Err(_) => unknown(ctx, w, Error::Uncertain).await,
+    }
+}
+
+/// Look for a post sent at `sent_ms` whose answer was given up at `from_ms`: its own
+/// message event until the window's end, then (where that cannot decide) one history look.
+async fn look_for(ctx: &Ctx, w: &Write, who: Option<&Identity>, sent_ms: u64, from_ms: u64) -> Looked {
+    let f = &w.call.fields;
+    let (Some(who), Some(token), Some(channel), Some(text), Some(store)) =
+        (who, w.call.token.as_ref(), f.channel.as_deref(), f.text.as_deref(), ctx.store())
+    else {
+        return Looked::Unsure(None);
+    };
+    let post = Post { who, channel, thread: f.thread_ts.as_deref(), text, since_ms: sent_ms.saturating_sub(5_000) };
+    let window = Window::new(from_ms, ctx.cfg().evidence_window);
+    let (found, sees, read_at) = own_event(store, &post, &window).await;
+    let (looked, from) = match (plan::from_events(found.is_some(), sees, &window, read_at), found) {
+        (FromEvents::Found, Some(ts)) => {
+            ctx.shared.metrics.egress.reconciled.with_label_values(&["events"]).inc();
+            (Looked::Found(post.answer(&ts)), "events")
         }
-    }
-
-    /// Look for a post sent at `sent_ms` whose answer was given up at `from_ms`: its own
-    /// message event until the window's end, then (where that cannot decide) one history look.
-    async fn look_for(&self, w: &Write, who: Option<&Identity>, sent_ms: u64, from_ms: u64) -> Looked {
-        let f = &w.call.fields;
-        let (Some(who), Some(token), Some(channel), Some(text), Some(store)) =
-            (who, w.call.token.as_ref(), f.channel.as_deref(), f.text.as_deref(), self.store())
-        else {
-            return Looked::Unsure(None);
-        };
-        let post = Post { who, channel, thread: f.thread_ts.as_deref(), text, since_ms: sent_ms.saturating_sub(5_000) };
-        let window = Window::new(from_ms, self.cfg().evidence_window);
-        let (found, sees, read_at) = self.own_event(store, &post, &window).await;
-        let (looked, from) = match (plan::from_events(found.is_some(), sees, &window, read_at), found) {
-            (FromEvents::Found, Some(ts)) => {
-                self.shared.metrics.egress.reconciled.with_label_values(&["events"]).inc();
-                (Looked::Found(post.answer(&ts)), "events")
-            }
-            (FromEvents::NotPosted, _) => (Looked::NotFound, "events"),
-            _ => {
-                sleep_until_ms(window.end()).await;
-                (self.look_in_history(store, token, &post).await, "history")
-            }
-        };
-        info!(target: "slackgate::audit", channel, from, settled = looked.as_label(), "egress uncertain post");
-        looked
-    }
-
-    /// Wait for the post's own message event until the window's end: its `ts` when it came,
-    /// else whether the gateway sees the app's posts in the channel (read then, so that a post
-    /// of the app's that came meanwhile counts), and when it last read. A Redis that cannot
-    /// tell sees nothing.
-    async fn own_event(&self, store: &EgressStore, post: &Post<'_>, window: &Window) -> (Option<String>, bool, u64) {
-        let seen = store.seen();
-        let author = Author { user: &post.who.user_id, bot_id: &post.who.bot_id };
-        let place = (post.who.team.as_str(), post.channel, post.thread);
-        let want = crate::slack::digest(post.text.as_bytes());
-        loop {
-            let read_at = now_ms();
-            let found = seen.own_post(place, &want, &author, post.since_ms).await;
-            match found {
-                Ok(Some(p)) => return (Some(p.ts), false, read_at),
-                Ok(None) if read_at >= window.end() => {
-                    let sees = seen.sees(&post.who.team, post.channel, &author).await;
-                    return (None, sees.unwrap_or(false), read_at);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    warn!(error = %e, "cannot read the evidence of an uncertain post");
-                    return (None, false, read_at);
-                }
-            }
-            tokio::time::sleep(EVENT_POLL.min(Duration::from_millis(window.end().saturating_sub(read_at)))).await;
+        (FromEvents::NotPosted, _) => (Looked::NotFound, "events"),
+        _ => {
+            sleep_until_ms(window.end()).await;
+            (look_in_history(ctx, store, token, &post).await, "history")
         }
-    }
+    };
+    info!(target: "slackgate::audit", channel, from, settled = looked.as_label(), "egress uncertain post");
+    looked
+}
 
-    /// One look in history, within the app's budget for the method: no budget or Slack's 429
-    /// is unsure (with when to try again), never "not found".
-    async fn look_in_history(&self, store: &EgressStore, token: &crate::secret::Secret, post: &Post<'_>) -> Looked {
-        let method = if post.thread.is_some() { "conversations.replies" } else { "conversations.history" };
-        let m = &self.shared.metrics.egress;
-        let budget = Budget { who: post.who, method, per_minute: self.cfg().history_tier.per_minute() };
-        match store.history_take(&budget, now_ms()).await {
+/// Wait for the post's own message event until the window's end: its `ts` when it came,
+/// else whether the gateway sees the app's posts in the channel (read then, so that a post
+/// of the app's that came meanwhile counts), and when it last read. A Redis that cannot
+/// tell sees nothing.
+async fn own_event(store: &EgressStore, post: &Post<'_>, window: &Window) -> (Option<String>, bool, u64) {
+    let seen = store.seen();
+    let author = Author { user: &post.who.user_id, bot_id: &post.who.bot_id };
+    let place = (post.who.team.as_str(), post.channel, post.thread);
+    let want = crate::slack::digest(post.text.as_bytes());
+    loop {
+        let read_at = now_ms();
+        let found = seen.own_post(place, &want, &author, post.since_ms).await;
+        match found {
+            Ok(Some(p)) => return (Some(p.ts), false, read_at),
+            Ok(None) if read_at >= window.end() => {
+                let sees = seen.sees(&post.who.team, post.channel, &author).await;
+                return (None, sees.unwrap_or(false), read_at);
+            }
             Ok(None) => {}
-            Ok(Some(wait)) => {
-                m.history_refused.with_label_values(&[method]).inc();
-                return Looked::Unsure(Some(wait));
-            }
-            // Redis could not say what is left: one look, as without a budget.
-            Err(e) => warn!(error = %e, "cannot read the history budget; looking anyway"),
-        }
-        m.history_calls.with_label_values(&[method, "egress"]).inc();
-        match self.slack.find_post(token, post.who, post.channel, post.thread, post.text, post.since_ms + 5_000).await {
-            Ok(Some(found)) => {
-                m.reconciled.with_label_values(&["history"]).inc();
-                Looked::Found(found)
-            }
-            Ok(None) => Looked::NotFound,
-            Err(LookError::RateLimited(after)) => {
-                let after = after.unwrap_or(Duration::from_secs(60));
-                if let Err(e) = store.history_refused(&budget, now_ms(), after).await {
-                    warn!(error = %e, "cannot keep Slack's Retry-After for history");
-                }
-                Looked::Unsure(Some(after))
-            }
-            Err(LookError::Failed(e)) => {
-                warn!(error = %e, "cannot look for an uncertain post");
-                Looked::Unsure(None)
+            Err(e) => {
+                warn!(error = %e, "cannot read the evidence of an uncertain post");
+                return (None, false, read_at);
             }
         }
+        tokio::time::sleep(EVENT_POLL.min(Duration::from_millis(window.end().saturating_sub(read_at)))).await;
     }
+}
 
-    /// Unknown (`Error::Uncertain` or `RetryPending`): noted, and an error the bot's client
-    /// retries.
-    pub(super) async fn unknown(&self, w: &Write, error: Error) -> Reply {
-        self.unknown_after(w, error, None).await
+/// One look in history, within the app's budget for the method: no budget or Slack's 429
+/// is unsure (with when to try again), never "not found".
+async fn look_in_history(ctx: &Ctx, store: &EgressStore, token: &crate::secret::Secret, post: &Post<'_>) -> Looked {
+    let method = if post.thread.is_some() { "conversations.replies" } else { "conversations.history" };
+    let m = &ctx.shared.metrics.egress;
+    let budget = Budget { who: post.who, method, per_minute: ctx.cfg().history_tier.per_minute() };
+    match store.history_take(&budget, now_ms()).await {
+        Ok(None) => {}
+        Ok(Some(wait)) => {
+            m.history_refused.with_label_values(&[method]).inc();
+            return Looked::Unsure(Some(wait));
+        }
+        // Redis could not say what is left: one look, as without a budget.
+        Err(e) => warn!(error = %e, "cannot read the history budget; looking anyway"),
     }
-
-    /// The same, to be retried no sooner than `after` (when Slack's budget opens again).
-    async fn unknown_after(&self, w: &Write, error: Error, after: Option<Duration>) -> Reply {
-        if let Some(store) = self.store() {
-            let note = serde_json::json!({
-                "at": now_ms(), "method": w.call.method, "channel": w.call.fields.channel, "error": error.code(),
-            });
-            if let Err(e) = self.step(w, store.note(NoteList::Unknown, &note, now_ms())).await {
-                warn!(error = %e, "cannot keep the note of an unknown write");
+    m.history_calls.with_label_values(&[method, "egress"]).inc();
+    match ctx.slack.find_post(token, post.who, post.channel, post.thread, post.text, post.since_ms + 5_000).await {
+        Ok(Some(found)) => {
+            m.reconciled.with_label_values(&["history"]).inc();
+            Looked::Found(found)
+        }
+        Ok(None) => Looked::NotFound,
+        Err(LookError::RateLimited(after)) => {
+            let after = after.unwrap_or(Duration::from_secs(60));
+            if let Err(e) = store.history_refused(&budget, now_ms(), after).await {
+                warn!(error = %e, "cannot keep Slack's Retry-After for history");
             }
+            Looked::Unsure(Some(after))
         }
-        let mut reply = Reply::from(error);
-        if let Some(after) = after {
-            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-            reply.answer.retry_after = Some(reply.answer.retry_after.unwrap_or(0).max(secs));
+        Err(LookError::Failed(e)) => {
+            warn!(error = %e, "cannot look for an uncertain post");
+            Looked::Unsure(None)
         }
-        reply
     }
+}
+
+/// Unknown (`Error::Uncertain` or `RetryPending`): noted, and an error the bot's client
+/// retries.
+pub(super) async fn unknown(ctx: &Ctx, w: &Write, error: Error) -> Reply {
+    unknown_after(ctx, w, error, None).await
+}
+
+/// The same, to be retried no sooner than `after` (when Slack's budget opens again).
+async fn unknown_after(ctx: &Ctx, w: &Write, error: Error, after: Option<Duration>) -> Reply {
+    if let Some(store) = ctx.store() {
+        let note = serde_json::json!({
+            "at": now_ms(), "method": w.call.method, "channel": w.call.fields.channel, "error": error.code(),
+        });
+        if let Err(e) = ctx.step(w, store.notes().note(NoteList::Unknown, &note, now_ms())).await {
+            warn!(error = %e, "cannot keep the note of an unknown write");
+        }
+    }
+    let mut reply = Reply::from(error);
+    if let Some(after) = after {
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        reply.answer.retry_after = Some(reply.answer.retry_after.unwrap_or(0).max(secs));
+    }
+    reply
 }
 
 /// An uncertain post, as the looks for it see it.

@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 pub mod describe;
 pub mod fields;
 pub mod query;
+pub mod turns;
 pub mod writer;
 
 /// Notes waiting for the writer; past this they are dropped (and counted).

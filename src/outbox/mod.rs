@@ -17,6 +17,7 @@ mod dead;
 mod lazy;
 mod maintain;
 mod model;
+mod notes;
 mod read;
 mod scripts;
 mod shards;
@@ -30,6 +31,7 @@ pub use lazy::LazyStore;
 pub use maintain::{app_stats, Eviction, OutboxStats, Trimmed};
 use model::stored;
 pub use model::{Delivered, Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
+pub use notes::{is_cursor, NoteList, NotePage, Notes};
 pub use read::{read_new, Read};
 pub use turns::{Finished, Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, TurnWrite, Turns, WriteKind};
 

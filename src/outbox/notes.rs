@@ -2,16 +2,23 @@
 //! writes whose outcome is unknown. Each list is a stream kept for a day and at most
 //! [`NOTES_MAX`] entries, read a page at a time, newest first (`slackgate egress`, `GET /egress`).
 //! A burst of thousands of notes costs a bounded list, never an unbounded answer.
+//!
+//! The egress writes them and the operator's tools read them: the records live here, so the
+//! tools need no egress. Keys: `{P:egress}:notes:withheld`, `{P:egress}:notes:unknown`.
+
+use std::time::Duration;
 
 use serde::Serialize;
 
-use super::store::{EgressStore, DAY_MS};
-use crate::outbox::StoreError;
+use super::StoreError;
+use crate::store::{connect_lazy, Conn, Endpoint, Lazy};
 
 /// Most notes kept per list; the oldest go first.
 pub const NOTES_MAX: usize = 1000;
 /// Most notes in one page.
 pub const PAGE_MAX: usize = 1000;
+/// How long a note is kept.
+const DAY_MS: u64 = 24 * 3600 * 1000;
 
 /// Which list a note goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,14 +56,35 @@ pub fn is_cursor(s: &str) -> bool {
     digits(ms) && digits(seq)
 }
 
-impl EgressStore {
-    fn notes_key(&self, list: NoteList) -> String {
-        self.global(&format!("notes:{}", list.as_label()))
+/// The notes of one deployment (its key prefix).
+#[derive(Clone)]
+pub struct Notes {
+    conn: Conn,
+    prefix: String,
+}
+
+impl Lazy<Notes> {
+    /// The notes under `prefix`, connected on first use (see [`Lazy`]).
+    pub fn notes(endpoint: &Endpoint, prefix: &str) -> Self {
+        let prefix = prefix.to_string();
+        Lazy::new(endpoint, Duration::from_secs(2), move |endpoint, timeout| {
+            Ok(Notes::new(connect_lazy(endpoint, timeout)?, &prefix))
+        })
+    }
+}
+
+impl Notes {
+    pub fn new(conn: Conn, prefix: &str) -> Self {
+        Notes { conn, prefix: prefix.into() }
+    }
+
+    fn key(&self, list: NoteList) -> String {
+        format!("{{{}:egress}}:notes:{}", self.prefix, list.as_label())
     }
 
     /// Keep a note: capped by count at once, and by age.
     pub async fn note(&self, list: NoteList, json: &serde_json::Value, now_ms: u64) -> Result<(), StoreError> {
-        let k = self.notes_key(list);
+        let k = self.key(list);
         let mut add = redis::cmd("XADD");
         add.arg(&k).arg("MAXLEN").arg(NOTES_MAX).arg("*").arg("n").arg(json.to_string());
         let mut trim = redis::cmd("XTRIM");
@@ -72,14 +100,14 @@ impl EgressStore {
     }
 
     /// Up to `limit` notes older than `cursor` (from the newest without one).
-    pub async fn notes(
+    pub async fn page(
         &self,
         list: NoteList,
         limit: usize,
         cursor: Option<&str>,
         now_ms: u64,
     ) -> Result<NotePage, StoreError> {
-        let k = self.notes_key(list);
+        let k = self.key(list);
         let limit = limit.clamp(1, PAGE_MAX);
         let from = cursor.filter(|c| is_cursor(c)).map_or("+".to_string(), |c| format!("({c}"));
         let oldest = now_ms.saturating_sub(DAY_MS).to_string();
