@@ -57,6 +57,7 @@ pub mod ingress;
 pub mod live;
 pub mod metrics;
 pub mod ops;
+pub mod out;
 pub mod outbox;
 pub mod policy;
 pub mod pressure;
