@@ -9,7 +9,6 @@
 //! - [`envelope`]: the messages, and the HTTP request each envelope stands for.
 
 pub mod envelope;
-mod metrics;
 pub mod to_bot;
 pub mod to_slack;
 mod ws;
@@ -25,7 +24,6 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-pub use metrics::SocketMetrics;
 pub use to_bot::BotSockets;
 
 use crate::ingress::Ingress;
