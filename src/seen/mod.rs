@@ -34,7 +34,8 @@ pub mod message;
 pub mod record;
 pub mod writer;
 
-pub use record::{OwnPost, Record, RepliesQuery};
+pub use message::OwnPost;
+pub use record::{Record, RepliesQuery};
 
 /// Sights waiting for the writer; past this they are dropped (and counted).
 const QUEUE: usize = 8_192;
