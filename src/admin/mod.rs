@@ -140,7 +140,7 @@ impl Admin {
         }
         let policy = tokio::time::timeout(Duration::from_secs(1), store.eviction_policy()).await;
         let mut detail = String::from("ready\n");
-        for app in crate::socket::apps_without_socket(&self.shared, &config) {
+        for app in apps_without_socket(&self.shared, &config) {
             detail.push_str(&format!("warning: app {app} has no Socket Mode connection to Slack open\n"));
         }
         if let Ok(Ok(topology)) = tokio::time::timeout(Duration::from_secs(1), store.topology()).await {
@@ -216,6 +216,19 @@ async fn listener_accepts(listen: &str) -> Result<(), String> {
         Ok(Err(e)) => Err(format!("the Slack listener {listen} does not accept connections: {e}")),
         Err(_) => Err(format!("the Slack listener {listen} did not accept within 1s")),
     }
+}
+
+/// The apps that should have sockets to Slack and have none open and greeted (for `/readyz`),
+/// as the sockets' own gauge counts them.
+fn apps_without_socket(shared: &Shared, config: &crate::config::Config) -> Vec<String> {
+    let open = |app: &str| shared.metrics.socket.connections.with_label_values(&[app, "slack"]).get();
+    config
+        .apps
+        .iter()
+        .filter(|a| a.socket_mode.as_ref().is_some_and(|s| s.connections > 0))
+        .filter(|a| open(&a.name) <= 0)
+        .map(|a| a.name.clone())
+        .collect()
 }
 
 fn reply(status: StatusCode, content_type: &str, body: Vec<u8>) -> Reply {

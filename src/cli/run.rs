@@ -21,11 +21,13 @@ use crate::live::Live;
 use crate::metrics::FixedLabels;
 use crate::outbox::Endpoint;
 use crate::shared::Shared;
-use crate::socket::{BotListener, SlackSockets};
+use crate::socket::{BotListener, BotSockets, SlackSockets};
 
 pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     crate::init_tracing(opts.log_format == "json");
-    let shared = Shared::new();
+    // The Socket Mode bots' sockets: served by their listener, a handle to everyone else.
+    let bots = Arc::new(BotSockets::default());
+    let shared = Shared::new(bots.clone());
     // One rustls provider for the whole process: Pingora's TLS and `rediss://` alike.
     pingora::tls::install_default_crypto_provider();
     let overrides = Overrides {
@@ -53,7 +55,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     let opt = pingora::server::configuration::Opt { upgrade: opts.upgrade, ..Default::default() };
     let mut server = Server::new_with_opt_and_conf(Some(opt), config.pingora_conf(&upgrade_sock));
     server.bootstrap();
-    add_services(&mut server, &config, &live, &shared, &redis);
+    add_services(&mut server, &config, &live, &shared, &bots, &redis);
     if let Some(p) = &pid_file {
         std::fs::write(p, std::process::id().to_string()).with_context(|| format!("pid file {}", p.display()))?;
     }
@@ -100,8 +102,16 @@ const ADMIN_MAX_CONNECTIONS: usize = 64;
 const SOCKET_BOTS_MAX_CONNECTIONS: usize = 256;
 
 /// The Slack listener, the egress and the admin listener (each behind its connection guard),
-/// the delivery workers and the reloader, all sharing `shared`.
-fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis: &Endpoint) {
+/// the delivery workers and the reloader, all sharing `shared`; `bots` is served by the socket
+/// listener.
+fn add_services(
+    server: &mut Server,
+    config: &Config,
+    live: &Arc<Live>,
+    shared: &Arc<Shared>,
+    bots: &Arc<BotSockets>,
+    redis: &Endpoint,
+) {
     let ingress = Arc::new(Ingress::new(live.clone(), shared.clone(), redis.clone()));
     let proxy = pingora::proxy::http_proxy(&server.configuration, Proxy(ingress.clone()));
     let mut service = Service::new("ingress".into(), Guarded::new(proxy, config.server.limits, shared.clone()));
@@ -142,6 +152,7 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
     if config.socket_bots() {
         let listener = BotListener {
             addr: config.server.socket_listen.clone(),
+            bots: bots.clone(),
             shared: shared.clone(),
             max_connections: SOCKET_BOTS_MAX_CONNECTIONS,
             upgrade_deadline: config.server.limits.header_timeout,

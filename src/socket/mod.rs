@@ -131,23 +131,11 @@ impl BackgroundService for SlackSockets {
     }
 }
 
-/// Whether every app with sockets to Slack has one open and greeted (for `/readyz`), with
-/// the apps that have none.
-pub fn apps_without_socket(shared: &Shared, config: &crate::config::Config) -> Vec<String> {
-    let open = |app: &str| shared.metrics.socket.connections.with_label_values(&[app, "slack"]).get();
-    config
-        .apps
-        .iter()
-        .filter(|a| a.socket_mode.as_ref().is_some_and(|s| s.connections > 0))
-        .filter(|a| open(&a.name) <= 0)
-        .map(|a| a.name.clone())
-        .collect()
-}
-
 /// The listener Socket Mode bots connect to (`[server] socket_listen`), under a connection cap
 /// and an upgrade deadline; once upgraded, pings keep a socket alive (no idle deadline).
 pub struct BotListener {
     pub addr: String,
+    pub bots: Arc<BotSockets>,
     pub shared: Arc<Shared>,
     pub max_connections: usize,
     pub upgrade_deadline: Duration,
@@ -173,7 +161,7 @@ impl BackgroundService for BotListener {
                 continue;
             };
             let _ = tcp.set_nodelay(true);
-            let (bots, shared, deadline) = (self.shared.bots.clone(), self.shared.clone(), self.upgrade_deadline);
+            let (bots, shared, deadline) = (self.bots.clone(), self.shared.clone(), self.upgrade_deadline);
             tokio::spawn(async move {
                 bots.serve(tcp, deadline, shared).await;
                 drop(permit);
