@@ -61,6 +61,7 @@ pub mod out;
 pub mod outbox;
 pub mod policy;
 pub mod pressure;
+pub mod queue;
 pub mod secret;
 pub mod seen;
 pub mod shared;

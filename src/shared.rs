@@ -9,6 +9,8 @@ use std::sync::Arc;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::pressure::Pressure;
+use crate::queue::history::History;
+use crate::queue::seen::Seen;
 use crate::upstream::SocketBots;
 
 pub struct Shared {
@@ -24,9 +26,9 @@ pub struct Shared {
     /// tickets the egress gave them.
     pub bots: Arc<dyn SocketBots>,
     /// Notes for the delivery history, queued for its writer (off the ack path).
-    pub history: crate::history::History,
+    pub history: History,
     /// What the ingress saw of conversations (own posts, threads), queued for its writer.
-    pub seen: crate::seen::Seen,
+    pub seen: Seen,
     workers_running: AtomicBool,
 }
 
@@ -34,8 +36,8 @@ impl Shared {
     /// `bots`: the Socket Mode bots' sockets (the service that serves them is built in `cli`).
     pub fn new(bots: Arc<dyn SocketBots>) -> Arc<Shared> {
         let metrics = Metrics::default();
-        let history = crate::history::History::new(metrics.history_dropped.clone());
-        let seen = crate::seen::Seen::new(metrics.egress.seen_dropped.clone());
+        let history = History::new(metrics.history_dropped.clone());
+        let seen = Seen::new(metrics.egress.seen_dropped.clone());
         Arc::new(Shared {
             metrics,
             drain: Arc::default(),
