@@ -119,15 +119,7 @@ fn add_services(
     server.add_service(service);
     let delivery = DeliveryService::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("delivery", delivery));
-    // On from the first request when the config keeps a history; the writer follows reloads.
-    shared.history.set(config.ui.keeps_history(), config.ui.history_rate);
-    let history = crate::history::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
-    server.add_service(background_service("history", history));
-    // What the egress reconciles and answers from; on from the first request with an egress.
-    let on = config.egress.listen.is_some();
-    shared.seen.set(on, on && config.egress.replies_fallback);
-    let seen = crate::seen::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
-    server.add_service(background_service("seen", seen));
+    add_writers(server, config, live, shared, redis);
     // The other listeners get the Slack listener's deadlines: a half-sent request or an idle
     // socket on them holds memory and file descriptors just the same.
     if let Some(addr) = &config.server.admin_listen {
@@ -164,6 +156,19 @@ fn add_services(
         move |config: &Config| init_series(&shared, config)
     };
     server.add_service(background_service("reload", signals::Reloader::new(live.clone(), Box::new(on_reload))));
+}
+
+/// The writers off the ack path: the delivery history, and what the gateway saw.
+fn add_writers(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis: &Endpoint) {
+    // On from the first request when the config keeps a history; the writer follows reloads.
+    shared.history.set(config.ui.keeps_history(), config.ui.history_rate);
+    let history = crate::history::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
+    server.add_service(background_service("history", history));
+    // What the egress reconciles and answers from; on from the first request with an egress.
+    let on = config.egress.listen.is_some();
+    shared.seen.set(on, on && config.egress.replies_fallback);
+    let seen = crate::seen::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
+    server.add_service(background_service("seen", seen));
 }
 
 /// Every series with a fixed label set, for every app, at zero: the label values come from
