@@ -7,8 +7,10 @@
 //!   (the egress answers its `apps.connections.open`), and deliveries reach it as envelopes
 //!   whose ack is the attempt's 2xx.
 //! - [`envelope`]: the messages, and the HTTP request each envelope stands for.
+//! - [`SocketError`]: what can go wrong toward Slack, each logged once where it ends.
 
 pub mod envelope;
+mod error;
 pub mod to_bot;
 pub mod to_slack;
 mod ws;
@@ -24,6 +26,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
+pub use error::SocketError;
 pub use to_bot::BotSockets;
 
 use crate::ingress::Ingress;
