@@ -2,6 +2,10 @@
 //! counts, the ack path's pressure, whether its delivery workers run — as one value built in
 //! `cli` and handed to the ingress, the delivery service and the admin listener. No
 //! process-wide statics: two gateways can run in one process (a test does).
+//!
+//! It holds handles, never a service: the Socket Mode bots as [`SocketBots`] (the service
+//! behind it is `socket`'s), and the history's and seen's queues from [`crate::queue`] (their
+//! writers are theirs).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
