@@ -318,6 +318,7 @@ async fn ack(links: Arc<Links>, app: Arc<AppConfig>, e: Envelope, out: mpsc::Sen
         Ok(h) => h,
         Err(why) => {
             // Unreadable: acked (a redelivery cannot be read either), never recorded.
+            // A string field (quoted in the human format), as this line has always logged it.
             let why = why.to_string();
             warn!(app = %app.name, envelope = %e.id, error = why.as_str(), "an envelope whose payload cannot be read; acked, not delivered");
             let _ = out.send(Message::text(envelope::ack_text(&e.id, None))).await;
