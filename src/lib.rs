@@ -7,7 +7,7 @@
 //! bot → egress → Slack. The ingress and the delivery workers meet only at the outbox; both
 //! send through [`attempt`] (one send-once step) and decide what follows with [`policy`].
 //! - [`cli`]: the command line; `run` wires the services together and hands each the
-//!   [`shared`] state.
+//!   [`shared`] state. [`out`]: the commands' `println!` (the CLI's and the simulator's).
 //! - [`config`]: `gateway.toml` → one validated [`config::Config`]; [`live`]: the running
 //!   config, reloaded on SIGHUP.
 //! - [`slack`]: pure rules — signatures, request classification, receipt and message keys,
@@ -32,9 +32,14 @@
 //!   deleted and edited messages) from Redis, never from memory.
 //! - [`shared`]: what one process's services share — [`metrics`], [`drain`] (graceful stop and
 //!   in-flight counts), [`pressure`] (how pressed the ack path is: the ingress publishes it, the
-//!   workers yield to it), whether the workers run.
+//!   workers yield to it), whether the workers run, and handles: the Socket Mode bots'
+//!   ([`upstream::SocketBots`]) and the writers' [`queue`]s.
+//! - [`queue`]: bounded queues into the background writers, which never wait (a full one drops
+//!   and counts), and the one loop those writers run.
 //! - [`history`]: each delivery's life for the operator's pages, written off the ack path by
 //!   one writer task per process.
+//! - [`seen`]: what the inbound side saw of conversations (own posts, threads), written off
+//!   the ack path for the egress.
 //! - [`ui`]: the operator's pages on the admin listener (`/ui/`), over the history and [`ops`].
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, stats and the dead-letter API; [`ops`]:
 //!   operator actions for the CLI and the admin API.
@@ -58,9 +63,11 @@ pub mod ingress;
 pub mod live;
 pub mod metrics;
 pub mod ops;
+pub mod out;
 pub mod outbox;
 pub mod policy;
 pub mod pressure;
+pub mod queue;
 pub mod secret;
 pub mod seen;
 pub mod serve;

@@ -2,6 +2,10 @@
 //! counts, the ack path's pressure, whether its delivery workers run — as one value built in
 //! `cli` and handed to the ingress, the delivery service and the admin listener. No
 //! process-wide statics: two gateways can run in one process (a test does).
+//!
+//! It holds handles, never a service: the Socket Mode bots as [`SocketBots`] (the service
+//! behind it is `socket`'s), and the history's and seen's queues from [`crate::queue`] (their
+//! writers are theirs).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,6 +13,9 @@ use std::sync::Arc;
 use crate::drain::Drain;
 use crate::metrics::Metrics;
 use crate::pressure::Pressure;
+use crate::queue::history::History;
+use crate::queue::seen::Seen;
+use crate::upstream::SocketBots;
 
 pub struct Shared {
     pub metrics: Metrics,
@@ -21,35 +28,30 @@ pub struct Shared {
     pub sharded_since: tokio::sync::OnceCell<u64>,
     /// The Socket Mode bots connected to this process (`upstream = "socket"`), and the
     /// tickets the egress gave them.
-    pub bots: Arc<crate::socket::BotSockets>,
+    pub bots: Arc<dyn SocketBots>,
     /// Notes for the delivery history, queued for its writer (off the ack path).
-    pub history: crate::history::History,
+    pub history: History,
     /// What the ingress saw of conversations (own posts, threads), queued for its writer.
-    pub seen: crate::seen::Seen,
+    pub seen: Seen,
     workers_running: AtomicBool,
 }
 
-impl Default for Shared {
-    fn default() -> Self {
+impl Shared {
+    /// `bots`: the Socket Mode bots' sockets (the service that serves them is built in `cli`).
+    pub fn new(bots: Arc<dyn SocketBots>) -> Arc<Shared> {
         let metrics = Metrics::default();
-        let history = crate::history::History::new(metrics.history_dropped.clone());
-        let seen = crate::seen::Seen::new(metrics.egress.seen_dropped.clone());
-        Shared {
+        let history = History::new(metrics.history_dropped.clone());
+        let seen = Seen::new(metrics.egress.seen_dropped.clone());
+        Arc::new(Shared {
             metrics,
             drain: Arc::default(),
             pressure: Arc::default(),
             sharded_since: tokio::sync::OnceCell::new(),
-            bots: Arc::default(),
+            bots,
             history,
             seen,
             workers_running: AtomicBool::new(false),
-        }
-    }
-}
-
-impl Shared {
-    pub fn new() -> Arc<Shared> {
-        Arc::new(Shared::default())
+        })
     }
 
     /// Whether this process's delivery workers are running, for `/readyz`.
@@ -67,9 +69,35 @@ mod tests {
     use super::*;
     use crate::drain::Work;
 
+    /// No Socket Mode bot at all.
+    struct NoBots;
+
+    #[async_trait::async_trait]
+    impl SocketBots for NoBots {
+        fn connected(&self, _: &str) -> usize {
+            0
+        }
+
+        fn issue(&self, _: &str, _: &str) -> Option<String> {
+            None
+        }
+
+        async fn send(
+            &self,
+            _: &Metrics,
+            _: &str,
+            _: &str,
+            _: u64,
+            _: (&str, &[u8]),
+            _: std::time::Duration,
+        ) -> Result<crate::upstream::Response, crate::upstream::SendError> {
+            Err(crate::upstream::SendError::Timeout)
+        }
+    }
+
     #[test]
     fn two_gateways_in_one_process_share_nothing() {
-        let (a, b) = (Shared::new(), Shared::new());
+        let (a, b) = (Shared::new(Arc::new(NoBots)), Shared::new(Arc::new(NoBots)));
         a.metrics.requests.with_label_values(&["bot", "event", "accepted"]).inc();
         let _busy = a.drain.enter(Work::Request);
         a.set_workers_running(true);

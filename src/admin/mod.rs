@@ -35,7 +35,7 @@ use crate::ops::{Ops, OpsError};
 use crate::outbox::Endpoint;
 use crate::outbox::{LazyStore, Notes, Store};
 use crate::shared::Shared;
-use crate::store::Lazy;
+use crate::store::{Lazy, StoreError};
 use crate::ui::throttle::{Throttle, Throttled};
 use guard::{access, admit, host_allowed, refusal_message, Refusal};
 
@@ -64,8 +64,11 @@ enum AdminError {
     NotFound,
     #[error(transparent)]
     Ops(#[from] OpsError),
-    #[error("{0}")]
-    Unavailable(String),
+    /// The store (the outbox's or the egress's) cannot be had.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("not ready: {0}")]
+    NotReady(#[from] NotReady),
     #[error("the form is {0}")]
     BadForm(&'static str),
     #[error("too many wrong tokens from your address: try again in {} s", .0.retry_after_secs())]
@@ -85,7 +88,9 @@ impl AdminError {
             AdminError::Ops(OpsError::AppRequired | OpsError::BadId(_) | OpsError::BadCursor(_)) => {
                 StatusCode::BAD_REQUEST
             }
-            AdminError::Ops(OpsError::Store(_)) | AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::Ops(OpsError::Store(_)) | AdminError::Store(_) | AdminError::NotReady(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -98,6 +103,25 @@ impl AdminError {
     }
 }
 
+/// Why `/readyz` answers not ready: each says what is wrong.
+#[derive(Debug, thiserror::Error)]
+enum NotReady {
+    #[error("bad listen address {0}")]
+    BadListen(String),
+    #[error("the Slack listener {0} does not accept connections: {1}")]
+    ListenerRefuses(String, #[source] std::io::Error),
+    #[error("the Slack listener {0} did not accept within 1s")]
+    ListenerSilent(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("delivery workers are not running")]
+    WorkersStopped,
+    #[error("redis did not answer within 1s")]
+    RedisSilent,
+    #[error("Slack disabled Socket Mode for app {0} (link_disabled)")]
+    LinkDisabled(String),
+}
+
 impl Admin {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let prefix = live.get().config.redis.key_prefix.clone();
@@ -108,38 +132,38 @@ impl Admin {
         Admin { live, shared, store, notes, ui, throttle }
     }
 
-    fn store(&self) -> Result<&Store, String> {
-        self.store.get().map_err(|e| e.to_string())
+    fn store(&self) -> Result<&Store, StoreError> {
+        self.store.get()
     }
 
     /// Operator actions over the apps of the running config.
-    fn ops(&self) -> Result<Ops, String> {
-        let notes = self.notes.get().map_err(|e| e.to_string())?.clone();
+    fn ops(&self) -> Result<Ops, StoreError> {
+        let notes = self.notes.get()?.clone();
         Ok(Ops::new(self.live.get().config.clone(), self.store()?.clone(), notes))
     }
 
     /// Ready: the Slack listener accepts connections, Redis answers within a second and the
     /// delivery workers run. The detail says what is wrong, and warns about a Redis that may
     /// evict keys.
-    async fn ready(&self) -> Result<String, String> {
+    async fn ready(&self) -> Result<String, NotReady> {
         let config = self.live.get().config.clone();
         listener_accepts(&config.server.listen).await?;
         let store = self.store()?;
         match tokio::time::timeout(Duration::from_secs(1), store.ping()).await {
             Ok(Ok(())) if self.shared.workers_running() => {}
-            Ok(Ok(())) => return Err("delivery workers are not running".into()),
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err("redis did not answer within 1s".into()),
+            Ok(Ok(())) => return Err(NotReady::WorkersStopped),
+            Ok(Err(e)) => return Err(NotReady::Store(e)),
+            Err(_) => return Err(NotReady::RedisSilent),
         }
         let disabled = |a: &&Arc<crate::config::AppConfig>| {
             self.shared.metrics.socket.link_disabled.with_label_values(&[&a.name]).get() != 0
         };
         if let Some(app) = config.apps.iter().find(disabled) {
-            return Err(format!("Slack disabled Socket Mode for app {} (link_disabled)", app.name));
+            return Err(NotReady::LinkDisabled(app.name.clone()));
         }
         let policy = tokio::time::timeout(Duration::from_secs(1), store.eviction_policy()).await;
         let mut detail = String::from("ready\n");
-        for app in crate::socket::apps_without_socket(&self.shared, &config) {
+        for app in apps_without_socket(&self.shared, &config) {
             detail.push_str(&format!("warning: app {app} has no Socket Mode connection to Slack open\n"));
         }
         if let Ok(Ok(topology)) = tokio::time::timeout(Duration::from_secs(1), store.topology()).await {
@@ -156,7 +180,7 @@ impl Admin {
     }
 
     async fn api(&self, path: &str, query: &str) -> Result<Reply, AdminError> {
-        let ops = self.ops().map_err(AdminError::Unavailable)?;
+        let ops = self.ops()?;
         let param =
             |k: &str| form_urlencoded::parse(query.as_bytes()).find(|(n, _)| n == k).map(|(_, v)| v.into_owned());
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -202,8 +226,8 @@ impl Admin {
 
 /// Whether something accepts connections on the Slack-facing address (a wildcard address is
 /// tried on loopback). Checked by `/readyz`: a gateway whose listener is not up is not ready.
-async fn listener_accepts(listen: &str) -> Result<(), String> {
-    let mut addr: std::net::SocketAddr = listen.parse().map_err(|_| format!("bad listen address {listen}"))?;
+async fn listener_accepts(listen: &str) -> Result<(), NotReady> {
+    let mut addr: std::net::SocketAddr = listen.parse().map_err(|_| NotReady::BadListen(listen.to_string()))?;
     if addr.ip().is_unspecified() {
         addr.set_ip(match addr {
             std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
@@ -212,9 +236,22 @@ async fn listener_accepts(listen: &str) -> Result<(), String> {
     }
     match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("the Slack listener {listen} does not accept connections: {e}")),
-        Err(_) => Err(format!("the Slack listener {listen} did not accept within 1s")),
+        Ok(Err(e)) => Err(NotReady::ListenerRefuses(listen.to_string(), e)),
+        Err(_) => Err(NotReady::ListenerSilent(listen.to_string())),
     }
+}
+
+/// The apps that should have sockets to Slack and have none open and greeted (for `/readyz`),
+/// as the sockets' own gauge counts them.
+fn apps_without_socket(shared: &Shared, config: &crate::config::Config) -> Vec<String> {
+    let open = |app: &str| shared.metrics.socket.connections.with_label_values(&[app, "slack"]).get();
+    config
+        .apps
+        .iter()
+        .filter(|a| a.socket_mode.as_ref().is_some_and(|s| s.connections > 0))
+        .filter(|a| open(&a.name) <= 0)
+        .map(|a| a.name.clone())
+        .collect()
 }
 
 fn reply(status: StatusCode, content_type: &str, body: Vec<u8>) -> Reply {
@@ -313,7 +350,7 @@ impl Admin {
         if req.method == http::Method::POST {
             req.body = read_form(session, config.server.limits.body_timeout).await?;
         }
-        let ops = self.ops().map_err(AdminError::Unavailable)?;
+        let ops = self.ops()?;
         Ok(self.ui.handle(&ops, &req).await)
     }
 
@@ -335,12 +372,7 @@ impl Admin {
                 self.shared.metrics.overload.pressure.set(self.shared.pressure.level());
                 return Ok(reply(StatusCode::OK, "text/plain; version=0.0.4", self.shared.metrics.render()));
             }
-            "/readyz" => {
-                return match self.ready().await {
-                    Ok(detail) => Ok(text(StatusCode::OK, &detail)),
-                    Err(e) => Err(AdminError::Unavailable(format!("not ready: {e}"))),
-                }
-            }
+            "/readyz" => return Ok(text(StatusCode::OK, &self.ready().await?)),
             _ => {}
         }
         let access = access(&path).ok_or(AdminError::NotFound)?;

@@ -10,6 +10,7 @@ use crate::clock::hms as clock;
 use crate::config::parse_duration;
 use crate::history::describe::{describe, message_link, redact};
 use crate::history::query::{self, Filter};
+use crate::out::out;
 
 #[derive(Args)]
 pub struct DeliveriesOpts {

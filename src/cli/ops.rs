@@ -11,6 +11,7 @@ use clap::{Args, Subcommand};
 use super::ConfigOpt;
 use crate::config::{Config, Overrides, RedisTarget};
 use crate::ops::Ops;
+use crate::out::out;
 use crate::outbox;
 
 #[derive(Args)]

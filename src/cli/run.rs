@@ -21,11 +21,13 @@ use crate::live::Live;
 use crate::metrics::FixedLabels;
 use crate::outbox::Endpoint;
 use crate::shared::Shared;
-use crate::socket::{BotListener, SlackSockets};
+use crate::socket::{BotListener, BotSockets, SlackSockets};
 
 pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     crate::init_tracing(opts.log_format == "json");
-    let shared = Shared::new();
+    // The Socket Mode bots' sockets: served by their listener, a handle to everyone else.
+    let bots = Arc::new(BotSockets::default());
+    let shared = Shared::new(bots.clone());
     // One rustls provider for the whole process: Pingora's TLS and `rediss://` alike.
     pingora::tls::install_default_crypto_provider();
     let overrides = Overrides {
@@ -53,7 +55,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     let opt = pingora::server::configuration::Opt { upgrade: opts.upgrade, ..Default::default() };
     let mut server = Server::new_with_opt_and_conf(Some(opt), config.pingora_conf(&upgrade_sock));
     server.bootstrap();
-    add_services(&mut server, &config, &live, &shared, &redis);
+    add_services(&mut server, &config, &live, &shared, &bots, &redis);
     if let Some(p) = &pid_file {
         std::fs::write(p, std::process::id().to_string()).with_context(|| format!("pid file {}", p.display()))?;
     }
@@ -100,8 +102,16 @@ const ADMIN_MAX_CONNECTIONS: usize = 64;
 const SOCKET_BOTS_MAX_CONNECTIONS: usize = 256;
 
 /// The Slack listener, the egress and the admin listener (each behind its connection guard),
-/// the delivery workers and the reloader, all sharing `shared`.
-fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis: &Endpoint) {
+/// the delivery workers and the reloader, all sharing `shared`; `bots` is served by the socket
+/// listener.
+fn add_services(
+    server: &mut Server,
+    config: &Config,
+    live: &Arc<Live>,
+    shared: &Arc<Shared>,
+    bots: &Arc<BotSockets>,
+    redis: &Endpoint,
+) {
     let ingress = Arc::new(Ingress::new(live.clone(), shared.clone(), redis.clone()));
     let proxy = pingora::proxy::http_proxy(&server.configuration, Proxy(ingress.clone()));
     let mut service = Service::new("ingress".into(), Guarded::new(proxy, config.server.limits, shared.clone()));
@@ -109,15 +119,7 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
     server.add_service(service);
     let delivery = DeliveryService::new(live.clone(), shared.clone(), redis.clone());
     server.add_service(background_service("delivery", delivery));
-    // On from the first request when the config keeps a history; the writer follows reloads.
-    shared.history.set(config.ui.keeps_history(), config.ui.history_rate);
-    let history = crate::history::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
-    server.add_service(background_service("history", history));
-    // What the egress reconciles and answers from; on from the first request with an egress.
-    let on = config.egress.listen.is_some();
-    shared.seen.set(on, on && config.egress.replies_fallback);
-    let seen = crate::seen::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
-    server.add_service(background_service("seen", seen));
+    add_writers(server, config, live, shared, redis);
     // The other listeners get the Slack listener's deadlines: a half-sent request or an idle
     // socket on them holds memory and file descriptors just the same.
     if let Some(addr) = &config.server.admin_listen {
@@ -142,6 +144,7 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
     if config.socket_bots() {
         let listener = BotListener {
             addr: config.server.socket_listen.clone(),
+            bots: bots.clone(),
             shared: shared.clone(),
             max_connections: SOCKET_BOTS_MAX_CONNECTIONS,
             upgrade_deadline: config.server.limits.header_timeout,
@@ -153,6 +156,19 @@ fn add_services(server: &mut Server, config: &Config, live: &Arc<Live>, shared: 
         move |config: &Config| init_series(&shared, config)
     };
     server.add_service(background_service("reload", signals::Reloader::new(live.clone(), Box::new(on_reload))));
+}
+
+/// The writers off the ack path: the delivery history, and what the gateway saw.
+fn add_writers(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &Arc<Shared>, redis: &Endpoint) {
+    // On from the first request when the config keeps a history; the writer follows reloads.
+    shared.history.set(config.ui.keeps_history(), config.ui.history_rate);
+    let history = crate::history::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
+    server.add_service(background_service("history", history));
+    // What the egress reconciles and answers from; on from the first request with an egress.
+    let on = config.egress.listen.is_some();
+    shared.seen.set(on, on && config.egress.replies_fallback);
+    let seen = crate::seen::writer::Writer::new(live.clone(), shared.clone(), redis.clone());
+    server.add_service(background_service("seen", seen));
 }
 
 /// Every series with a fixed label set, for every app, at zero: the label values come from

@@ -4,6 +4,7 @@
 use clap::{Args, Subcommand};
 
 use super::ops::{connect, print_json, runtime, Target};
+use crate::out::out;
 use crate::ui::auth::sessions::{self, Keys};
 
 #[derive(Subcommand)]

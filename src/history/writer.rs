@@ -20,6 +20,7 @@ use super::{tag, Arrival, Note, What};
 use crate::clock::now_ms;
 use crate::config::UiConfig;
 use crate::live::Live;
+use crate::queue::writer::{self, Pace};
 use crate::shared::Shared;
 use crate::store::{connect_lazy, Conn, Endpoint};
 
@@ -55,42 +56,37 @@ impl Writer {
 #[async_trait]
 impl BackgroundService for Writer {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let Some(mut rx) = self.shared.history.take_receiver() else { return };
-        let mut conn = match connect_lazy(&self.redis, Duration::from_secs(2)) {
+        let Some(rx) = self.shared.history.take_receiver() else { return };
+        let conn = match connect_lazy(&self.redis, Duration::from_secs(2)) {
             Ok(c) => c,
             Err(e) => return warn!(error = %e, "the delivery history has no Redis connection; it stays empty"),
         };
-        let mut tick = tokio::time::interval(TRIM_EVERY);
-        let mut started = false;
-        let mut batch = Vec::with_capacity(BATCH);
-        loop {
-            tokio::select! {
-                n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
-                _ = tick.tick() => {
-                    if let Err(e) = self.tend(&mut conn, &mut started).await {
-                        self.shared.metrics.history_errors.inc();
-                        tracing::debug!(error = %e, "cannot trim the delivery history");
-                    }
-                    continue;
-                }
-                _ = shutdown.changed() => return,
-            }
-            // The window: what else comes within WINDOW of the first note, so that a delivery's
-            // arrival and its attempt (milliseconds apart) make one append. The writer sleeps
-            // through it rather than waiting on the queue, so the notes that come meanwhile wake
-            // no one (a wake is a cross-thread syscall per note, paid on the ack path).
-            // A full batch (a backlog) is written at once.
-            if batch.len() < BATCH {
-                tokio::time::sleep(WINDOW).await;
-            }
-            while batch.len() < BATCH {
-                match rx.try_recv() {
-                    Ok(note) => batch.push(note),
-                    Err(_) => break,
-                }
-            }
-            self.flush(&mut conn, &batch).await;
-            batch.clear();
+        let pace = Pace { batch: BATCH, window: WINDOW, tend: TRIM_EVERY };
+        writer::run(&mut Batches { writer: self, conn, started: false }, rx, pace, &mut shutdown).await;
+    }
+}
+
+/// The writer's batches: a window's notes written (see [`Writer::flush`]), and every app's
+/// history trimmed between them.
+struct Batches<'a> {
+    writer: &'a Writer,
+    conn: Conn,
+    /// Whether the first trim ran (it gives old keys an expiry, or purges an "off" history).
+    started: bool,
+}
+
+#[async_trait]
+impl writer::Batches for Batches<'_> {
+    type Item = Note;
+
+    async fn write(&mut self, batch: &[Note]) {
+        self.writer.flush(&mut self.conn, batch).await;
+    }
+
+    async fn tend(&mut self) {
+        if let Err(e) = self.writer.tend(&mut self.conn, &mut self.started).await {
+            self.writer.shared.metrics.history_errors.inc();
+            tracing::debug!(error = %e, "cannot trim the delivery history");
         }
     }
 }

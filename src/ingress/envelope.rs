@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::answer::{Outcome, RequestKind};
-use super::slack_route::Verified;
+use super::plan::Verified;
 use super::{Audit, Ingress};
 use crate::config::AppConfig;
 use crate::slack::{self, Request, RetryReason};

@@ -3,13 +3,14 @@
 //! Slack's retries absorbed and refused requests are only seen here.
 
 use super::answer::Outcome;
+use super::plan::{Plan, Verified};
 use super::{Audit, Ingress, RequestKind};
 use crate::clock::now_ms;
 use crate::history::{Arrival, Note, What};
 use crate::slack;
 
 /// What the history keeps of `d` (its id `plan.id`), when the history is on.
-pub(super) fn arrival(v: &super::slack_route::Verified, plan: &super::plan::Plan) -> Box<Arrival> {
+pub(super) fn arrival(v: &Verified, plan: &Plan) -> Box<Arrival> {
     let d = &v.delivery;
     let m = d.message.as_ref();
     let text = |s: Option<&String>| s.cloned().unwrap_or_default();

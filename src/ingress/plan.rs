@@ -1,12 +1,24 @@
 //! What recording one verified delivery will do, decided without the store: whether a filter
 //! ignores it, which message claim it takes or cancels, which shard it lives on, and where it
 //! waits. Pure, so every branch is tested here.
+//! The [`Verified`] delivery it plans for is defined here too: the Slack route, the envelopes
+//! and the history's arrival all take it from this leaf.
 
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use crate::config::AppConfig;
 use crate::outbox::{self, Placement};
 use crate::slack::{self, Delivery, Kind};
+
+/// A verified delivery and what came with it, on its way to the store.
+pub(super) struct Verified {
+    pub delivery: slack::Delivery,
+    pub content_type: Vec<u8>,
+    pub body: Bytes,
+    pub path: String,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {

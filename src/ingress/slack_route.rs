@@ -15,8 +15,9 @@ use tokio::time::Instant;
 use super::admission::Shed;
 use super::answer::{names, read_body, single_header, Answer, BodyError, Outcome, RequestKind};
 use super::budget::Held;
+use super::plan::{self, Verified};
 use super::shard_gate::Ask;
-use super::{inline, plan, Audit, Ingress};
+use super::{inline, Audit, Ingress};
 use crate::clock::{now_ms, now_secs};
 use crate::config::AppConfig;
 use crate::outbox::{Change, Channel, NewDelivery, Recorded, ShardKeys, StoreOp};
@@ -38,14 +39,6 @@ struct Placed {
 
 /// Slack gives up on an answer after 3 s; an inline answer must leave before this.
 const SLACK_WAITS: Duration = Duration::from_millis(2_900);
-
-/// A verified delivery and what came with it, on its way to the store.
-pub(super) struct Verified {
-    pub delivery: slack::Delivery,
-    pub content_type: Vec<u8>,
-    pub body: Bytes,
-    pub path: String,
-}
 
 impl Ingress {
     /// Everything between the request line and the answer for one Slack route.

@@ -3,11 +3,19 @@
 
 use serde_json::{Map, Value};
 
-use super::record::OwnPost;
-
 /// A message whose JSON is larger than this is not kept in a thread record (the record then
 /// misses it, and a thread it belongs to is no longer held whole: see [`Op::Lost`]).
 const MAX_MESSAGE: usize = 64 << 10;
+
+/// An own post as evidence: never its text, only the text's digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnPost {
+    pub ts: String,
+    pub thread_ts: Option<String>,
+    pub user: String,
+    pub bot_id: String,
+    pub digest: String,
+}
 
 /// What one event changes.
 #[derive(Debug, Clone, PartialEq)]

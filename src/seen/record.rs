@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::{AsyncCommands, Pipeline};
 use serde_json::Value;
 
-use super::message::Op;
+use super::message::{Op, OwnPost};
 use super::Keys;
 use crate::store::Conn;
 
@@ -54,16 +54,7 @@ end
 return 1
 "#;
 
-/// An own post as evidence: never its text, only the text's digest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnPost {
-    pub ts: String,
-    pub thread_ts: Option<String>,
-    pub user: String,
-    pub bot_id: String,
-    pub digest: String,
-}
-
+/// An own post as a member of the channel's sorted set of own posts.
 impl OwnPost {
     fn member(&self) -> String {
         format!(

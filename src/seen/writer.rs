@@ -18,8 +18,9 @@ use super::{Keys, Sight};
 use crate::clock::now_ms;
 use crate::config::EgressConfig;
 use crate::live::Live;
+use crate::queue::writer::{self, Pace};
 use crate::shared::Shared;
-use crate::store::{connect_lazy, Endpoint};
+use crate::store::{connect_lazy, Conn, Endpoint};
 
 /// At most this many sights per pipeline.
 const BATCH: usize = 512;
@@ -53,30 +54,40 @@ impl Writer {
 impl BackgroundService for Writer {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         self.switch();
-        let Some(mut rx) = self.shared.seen.take_receiver() else { return };
-        let mut conn = match connect_lazy(&self.redis, Duration::from_secs(2)) {
+        let Some(rx) = self.shared.seen.take_receiver() else { return };
+        let conn = match connect_lazy(&self.redis, Duration::from_secs(2)) {
             Ok(c) => c,
             Err(e) => {
                 self.shared.seen.set(false, false);
                 return warn!(error = %e, "no Redis connection for what the gateway sees; uncertain posts fall back to history");
             }
         };
-        let mut tick = tokio::time::interval(RECHECK);
-        let mut batch = Vec::with_capacity(BATCH);
-        loop {
-            tokio::select! {
-                n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
-                _ = tick.tick() => { self.switch(); continue }
-                _ = shutdown.changed() => return,
-            }
-            let p = self.pipeline(&batch);
-            if let Err(e) = p.query_async::<()>(&mut conn).await {
-                self.shared.metrics.egress.seen_errors.inc();
-                debug!(error = %e, "cannot write what the gateway saw; this batch is dropped");
-            }
-            self.shared.seen.wrote(batch.len());
-            batch.clear();
+        let pace = Pace { batch: BATCH, window: Duration::ZERO, tend: RECHECK };
+        writer::run(&mut Batches { writer: self, conn }, rx, pace, &mut shutdown).await;
+    }
+}
+
+/// The writer's batches: each one pipeline, and the switches read again between them.
+struct Batches<'a> {
+    writer: &'a Writer,
+    conn: Conn,
+}
+
+#[async_trait]
+impl writer::Batches for Batches<'_> {
+    type Item = Sight;
+
+    async fn write(&mut self, batch: &[Sight]) {
+        let p = self.writer.pipeline(batch);
+        if let Err(e) = p.query_async::<()>(&mut self.conn).await {
+            self.writer.shared.metrics.egress.seen_errors.inc();
+            debug!(error = %e, "cannot write what the gateway saw; this batch is dropped");
         }
+        self.writer.shared.seen.wrote(batch.len());
+    }
+
+    async fn tend(&mut self) {
+        self.writer.switch();
     }
 }
 

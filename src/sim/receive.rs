@@ -1,6 +1,6 @@
 //! `sim receive`: a fast bot that checks what the gateway forwards.
 
-use crate::cli::out;
+use crate::out::out;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io::Write;

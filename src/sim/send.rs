@@ -1,6 +1,6 @@
 //! `sim send`: Slack's side.
 
-use crate::cli::out;
+use crate::out::out;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::error::SocketError;
 use crate::slack::RetryReason;
 
 /// What an envelope carries.
@@ -101,8 +102,8 @@ struct Frame<'a> {
 
 /// Read one text frame; an error is a frame that is not JSON or an envelope without its id
 /// or payload (it cannot be acked, so Slack redelivers it).
-pub fn parse(text: &str) -> Result<Incoming, String> {
-    let f: Frame = serde_json::from_str(text).map_err(|e| format!("not a Socket Mode message: {e}"))?;
+pub fn parse(text: &str) -> Result<Incoming, SocketError> {
+    let f: Frame = serde_json::from_str(text).map_err(SocketError::NotAMessage)?;
     let kind = f.kind.unwrap_or_default();
     match kind {
         "hello" => return Ok(Incoming::Hello),
@@ -118,8 +119,8 @@ pub fn parse(text: &str) -> Result<Incoming, String> {
         _ => {}
     }
     let Some(t) = EnvelopeType::parse(kind) else { return Ok(Incoming::Unknown(kind.chars().take(40).collect())) };
-    let id = f.envelope_id.filter(|id| !id.is_empty() && id.len() <= 200).ok_or("an envelope without envelope_id")?;
-    let payload = f.payload.ok_or("an envelope without payload")?;
+    let id = f.envelope_id.filter(|id| !id.is_empty() && id.len() <= 200).ok_or(SocketError::NoEnvelopeId)?;
+    let payload = f.payload.ok_or(SocketError::NoPayload)?;
     Ok(Incoming::Envelope(Envelope {
         id,
         kind: t,
@@ -151,7 +152,7 @@ pub const JSON: &str = "application/json";
 pub const FORM: &str = "application/x-www-form-urlencoded";
 
 /// The body Slack would have POSTed for `e`.
-pub fn to_http(e: &Envelope) -> Result<HttpForm, String> {
+pub fn to_http(e: &Envelope) -> Result<HttpForm, SocketError> {
     let raw = e.payload.get();
     Ok(match e.kind {
         EnvelopeType::Events => HttpForm { content_type: JSON, body: Bytes::copy_from_slice(raw.as_bytes()) },
@@ -161,7 +162,7 @@ pub fn to_http(e: &Envelope) -> Result<HttpForm, String> {
         }
         EnvelopeType::SlashCommands => {
             let fields: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_str(raw).map_err(|_| "a slash command whose payload is not an object")?;
+                serde_json::from_str(raw).map_err(|_| SocketError::CommandNotObject)?;
             let mut form = form_urlencoded::Serializer::new(String::new());
             for (k, v) in &fields {
                 match v {

@@ -7,9 +7,10 @@
 //!   (the egress answers its `apps.connections.open`), and deliveries reach it as envelopes
 //!   whose ack is the attempt's 2xx.
 //! - [`envelope`]: the messages, and the HTTP request each envelope stands for.
+//! - [`SocketError`]: what can go wrong toward Slack, each logged once where it ends.
 
 pub mod envelope;
-mod metrics;
+mod error;
 pub mod to_bot;
 pub mod to_slack;
 mod ws;
@@ -25,7 +26,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-pub use metrics::SocketMetrics;
+pub use error::SocketError;
 pub use to_bot::BotSockets;
 
 use crate::ingress::Ingress;
@@ -133,23 +134,11 @@ impl BackgroundService for SlackSockets {
     }
 }
 
-/// Whether every app with sockets to Slack has one open and greeted (for `/readyz`), with
-/// the apps that have none.
-pub fn apps_without_socket(shared: &Shared, config: &crate::config::Config) -> Vec<String> {
-    let open = |app: &str| shared.metrics.socket.connections.with_label_values(&[app, "slack"]).get();
-    config
-        .apps
-        .iter()
-        .filter(|a| a.socket_mode.as_ref().is_some_and(|s| s.connections > 0))
-        .filter(|a| open(&a.name) <= 0)
-        .map(|a| a.name.clone())
-        .collect()
-}
-
 /// The listener Socket Mode bots connect to (`[server] socket_listen`), under a connection cap
 /// and an upgrade deadline; once upgraded, pings keep a socket alive (no idle deadline).
 pub struct BotListener {
     pub addr: String,
+    pub bots: Arc<BotSockets>,
     pub shared: Arc<Shared>,
     pub max_connections: usize,
     pub upgrade_deadline: Duration,
@@ -175,7 +164,7 @@ impl BackgroundService for BotListener {
                 continue;
             };
             let _ = tcp.set_nodelay(true);
-            let (bots, shared, deadline) = (self.shared.bots.clone(), self.shared.clone(), self.upgrade_deadline);
+            let (bots, shared, deadline) = (self.bots.clone(), self.shared.clone(), self.upgrade_deadline);
             tokio::spawn(async move {
                 bots.serve(tcp, deadline, shared).await;
                 drop(permit);

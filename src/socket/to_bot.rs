@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
@@ -21,7 +22,7 @@ use tracing::{debug, info, warn};
 use super::envelope;
 use crate::metrics::Metrics;
 use crate::shared::Shared;
-use crate::upstream::{self, SendError};
+use crate::upstream::{self, SendError, SocketBots};
 
 /// The path of the URL a ticket is issued with: the only one that spends it.
 const SOCKET_PATH: &str = "/socket";
@@ -57,10 +58,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl BotSockets {
-    /// A one-time URL on `listen` (the socket listener) for `app`'s bot; `None` when too many
-    /// tickets are outstanding.
-    pub fn issue(&self, app: &str, listen: &str) -> Option<String> {
+#[async_trait]
+impl SocketBots for BotSockets {
+    fn issue(&self, app: &str, listen: &str) -> Option<String> {
         let mut tickets = lock(&self.tickets);
         tickets.retain(|_, (_, at)| at.elapsed() < TICKET_LIFE);
         if tickets.len() >= MAX_TICKETS {
@@ -71,26 +71,11 @@ impl BotSockets {
         Some(format!("ws://{listen}{SOCKET_PATH}?ticket={ticket}"))
     }
 
-    /// The app a ticket in `query` opens on `path`, using the ticket up. A request to any other
-    /// path is refused and leaves the ticket as it was: only the URL the ticket was issued
-    /// with may spend it.
-    fn redeem(&self, path: &str, query: Option<&str>) -> Option<Arc<str>> {
-        if path != SOCKET_PATH {
-            return None;
-        }
-        let ticket = form_urlencoded::parse(query?.as_bytes()).find(|(k, _)| k == "ticket")?.1.into_owned();
-        let (app, at) = lock(&self.tickets).remove(&ticket)?;
-        (at.elapsed() < TICKET_LIFE).then_some(app)
-    }
-
-    /// Greeted sockets of `app`.
-    pub fn connected(&self, app: &str) -> usize {
+    fn connected(&self, app: &str) -> usize {
         lock(&self.by_app).get(app).map_or(0, Vec::len)
     }
 
-    /// One attempt: `payload` (a JSON text) to one of `app`'s sockets as an envelope, the
-    /// bot's ack within `timeout` as a 200 (its payload as the body).
-    pub async fn send(
+    async fn send(
         &self,
         metrics: &Metrics,
         app: &str,
@@ -126,6 +111,20 @@ impl BotSockets {
             None => (None, Bytes::new()),
         };
         Ok(upstream::Response { status: 200, content_type, body, retry_after: None, headers: Default::default() })
+    }
+}
+
+impl BotSockets {
+    /// The app a ticket in `query` opens on `path`, using the ticket up. A request to any other
+    /// path is refused and leaves the ticket as it was: only the URL the ticket was issued
+    /// with may spend it.
+    fn redeem(&self, path: &str, query: Option<&str>) -> Option<Arc<str>> {
+        if path != SOCKET_PATH {
+            return None;
+        }
+        let ticket = form_urlencoded::parse(query?.as_bytes()).find(|(k, _)| k == "ticket")?.1.into_owned();
+        let (app, at) = lock(&self.tickets).remove(&ticket)?;
+        (at.elapsed() < TICKET_LIFE).then_some(app)
     }
 
     /// Serve one accepted TCP connection: the upgrade (with a valid ticket) within

@@ -21,6 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, error, info, warn};
 
 use super::envelope::{self, Disconnect, Envelope, EnvelopeType, Incoming};
+use super::error::SocketError;
 use super::ws;
 use crate::config::AppConfig;
 use crate::ingress::{EnvelopeRequest, Ingress};
@@ -65,9 +66,9 @@ pub async fn slot(links: Arc<Links>, app: Arc<AppConfig>, index: u16, mut stop: 
         };
         let Greeted { running, close, replace } = match next {
             Ok(g) => g,
-            Err((reason, e)) => {
+            Err(e) => {
                 failures += 1;
-                links.metric_reconnect(&app, reason);
+                links.metric_reconnect(&app, e.reconnect_reason());
                 warn!(app = %app.name, socket = index, error = %e, "cannot open a Socket Mode connection; trying again");
                 if pause(backoff(failures), &mut stop).await {
                     break;
@@ -111,8 +112,8 @@ struct Greeted {
 }
 
 /// Open a socket and wait for its `hello`; else why not (a metric label) and the error.
-async fn greeted(links: &Arc<Links>, app: &Arc<AppConfig>, index: u16) -> Result<Greeted, (&'static str, String)> {
-    let socket = open(links, app).await.map_err(|e| ("open_failed", e))?;
+async fn greeted(links: &Arc<Links>, app: &Arc<AppConfig>, index: u16) -> Result<Greeted, SocketError> {
+    let socket = open(links, app).await?;
     let (close, close_rx) = watch::channel(false);
     let (hello_tx, hello_rx) = oneshot::channel();
     let (replace_tx, replace) = oneshot::channel();
@@ -121,7 +122,7 @@ async fn greeted(links: &Arc<Links>, app: &Arc<AppConfig>, index: u16) -> Result
     let running = tokio::spawn(session.run(socket, close_rx));
     if !tokio::time::timeout(HELLO_WAIT, hello_rx).await.is_ok_and(|r| r.is_ok()) {
         let _ = close.send(true);
-        return Err(("no_hello", "the socket was not greeted within 10 s".into()));
+        return Err(SocketError::NoHello);
     }
     Ok(Greeted { running, close, replace })
 }
@@ -169,8 +170,8 @@ fn backoff(failures: u32) -> Duration {
 }
 
 /// `apps.connections.open` with the app token, then the socket it names.
-async fn open(links: &Links, app: &AppConfig) -> Result<ws::Socket, String> {
-    let s = app.socket_mode.as_ref().ok_or("no socket_mode")?;
+async fn open(links: &Links, app: &AppConfig) -> Result<ws::Socket, SocketError> {
+    let s = app.socket_mode.as_ref().ok_or(SocketError::NoSocketMode)?;
     let uri = s.api_url.join("apps.connections.open");
     let mut bearer = b"Bearer ".to_vec();
     bearer.extend_from_slice(s.app_token.expose());
@@ -178,15 +179,15 @@ async fn open(links: &Links, app: &AppConfig) -> Result<ws::Socket, String> {
         .header(http::header::AUTHORIZATION, bearer)
         .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(Full::new(Bytes::new()))
-        .map_err(|_| "cannot build the apps.connections.open request")?;
-    let resp = links.client.call(request, Duration::from_secs(10), 64 << 10).await.map_err(|e| e.to_string())?;
-    let answer: serde_json::Value = serde_json::from_slice(&resp.body)
-        .map_err(|_| format!("apps.connections.open answered {} without JSON", resp.status))?;
+        .map_err(|_| SocketError::OpenRequest)?;
+    let resp = links.client.call(request, Duration::from_secs(10), 64 << 10).await?;
+    let answer: serde_json::Value =
+        serde_json::from_slice(&resp.body).map_err(|_| SocketError::OpenNotJson(resp.status))?;
     if answer["ok"] != true {
         let error = answer["error"].as_str().unwrap_or("no error given");
-        return Err(format!("apps.connections.open: {}", error.chars().take(60).collect::<String>()));
+        return Err(SocketError::OpenRefused(error.chars().take(60).collect()));
     }
-    let url = answer["url"].as_str().ok_or("apps.connections.open gave no url")?;
+    let url = answer["url"].as_str().ok_or(SocketError::OpenNoUrl)?;
     ws::connect(url).await
 }
 
@@ -317,7 +318,9 @@ async fn ack(links: Arc<Links>, app: Arc<AppConfig>, e: Envelope, out: mpsc::Sen
         Ok(h) => h,
         Err(why) => {
             // Unreadable: acked (a redelivery cannot be read either), never recorded.
-            warn!(app = %app.name, envelope = %e.id, error = why, "an envelope whose payload cannot be read; acked, not delivered");
+            // A string field (quoted in the human format), as this line has always logged it.
+            let why = why.to_string();
+            warn!(app = %app.name, envelope = %e.id, error = why.as_str(), "an envelope whose payload cannot be read; acked, not delivered");
             let _ = out.send(Message::text(envelope::ack_text(&e.id, None))).await;
             m.envelopes.with_label_values(&[&app.name, "slack", kind, "bad_request"]).inc();
             return;

@@ -12,6 +12,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
+use super::error::SocketError;
+
 /// Any byte stream a socket runs over.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -39,37 +41,37 @@ static TLS: LazyLock<Arc<rustls::ClientConfig>> = LazyLock::new(|| {
 });
 
 /// Open the socket at `url` (the handshake included) within 10 s.
-pub async fn connect(url: &str) -> Result<Socket, String> {
-    tokio::time::timeout(CONNECT_TIMEOUT, connect_now(url)).await.map_err(|_| "connect timed out".to_string())?
+pub async fn connect(url: &str) -> Result<Socket, SocketError> {
+    tokio::time::timeout(CONNECT_TIMEOUT, connect_now(url)).await.map_err(|_| SocketError::ConnectTimeout)?
 }
 
-async fn connect_now(text: &str) -> Result<Socket, String> {
-    let url = url::Url::parse(text).map_err(|_| "apps.connections.open gave no URL")?;
-    let host = url.host_str().ok_or("the socket URL has no host")?.to_string();
+async fn connect_now(text: &str) -> Result<Socket, SocketError> {
+    let url = url::Url::parse(text).map_err(|_| SocketError::Url)?;
+    let host = url.host_str().ok_or(SocketError::NoHost)?.to_string();
     let tls = match url.scheme() {
         "wss" => true,
         "ws" => {
             let ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>();
             if !ip.is_ok_and(|ip| ip.is_loopback()) {
-                return Err("a ws:// socket URL is only followed to a loopback address".into());
+                return Err(SocketError::NotLoopback);
             }
             false
         }
-        other => return Err(format!("socket URL scheme `{other}` (wss or ws)")),
+        other => return Err(SocketError::Scheme(other.to_string())),
     };
-    let port = url.port_or_known_default().ok_or("the socket URL has no port")?;
-    let tcp = TcpStream::connect((host.as_str(), port)).await.map_err(|e| format!("connect: {e}"))?;
+    let port = url.port_or_known_default().ok_or(SocketError::NoPort)?;
+    let tcp = TcpStream::connect((host.as_str(), port)).await.map_err(SocketError::Connect)?;
     let _ = tcp.set_nodelay(true);
     let stream: Box<dyn Io> = if tls {
-        let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| "bad TLS server name")?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| SocketError::TlsName)?;
         let tls = tokio_rustls::TlsConnector::from(TLS.clone());
-        Box::new(tls.connect(name, tcp).await.map_err(|e| format!("TLS: {e}"))?)
+        Box::new(tls.connect(name, tcp).await.map_err(SocketError::Tls)?)
     } else {
         Box::new(tcp)
     };
     let (socket, _) = tokio_tungstenite::client_async_with_config(text, stream, Some(config()))
         .await
-        .map_err(|e| format!("WebSocket handshake: {e}"))?;
+        .map_err(SocketError::Handshake)?;
     Ok(socket)
 }
 
