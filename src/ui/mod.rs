@@ -20,6 +20,7 @@ mod actions;
 pub mod auth;
 mod pages;
 pub mod throttle;
+mod view;
 
 use auth::{UiAuth, Viewer};
 use throttle::Throttle;

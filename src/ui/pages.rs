@@ -1,41 +1,16 @@
 //! The pages people read: the overview, the deliveries, one delivery's timeline, the login
 //! form and a page of words (errors, results).
 
-use std::sync::Arc;
-
 use askama::Template;
 use http::StatusCode;
 
-use super::auth::Viewer;
-use super::{html, nav, Failure, Reply, Request};
+use super::{nav, Failure, Reply, Request};
 use crate::clock::hms as clock;
 use crate::history::describe::{describe, message_link, redact};
 use crate::history::query::{self, Summary};
-use crate::ops::Ops;
-use crate::shared::Shared;
 
 pub use super::actions::listing::{filter_fields, filter_of, newer_than, no_app, FormFilter};
-
-/// What every page handler gets.
-pub struct Context<'a> {
-    pub ops: &'a Ops,
-    pub shared: &'a Arc<Shared>,
-    pub viewer: &'a Viewer,
-}
-
-impl Context<'_> {
-    pub fn can_act(&self) -> bool {
-        self.viewer.role == super::auth::Role::Admin
-    }
-}
-
-/// The header's state.
-pub struct Nav<'a> {
-    pub current: &'a str,
-    pub csrf: &'a str,
-    pub session: bool,
-    pub read_only: bool,
-}
+pub use super::view::{message, render, Context, Nav};
 
 pub async fn get(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> {
     let parts: Vec<&str> = req.path.trim_end_matches('/').split('/').skip(2).collect();
@@ -63,31 +38,6 @@ pub fn login(status: StatusCode, error: &str) -> Reply {
 /// The login form with a `notice` above it (not an error).
 pub fn login_with(status: StatusCode, error: &str, notice: &str) -> Reply {
     render(status, &LoginPage { nav: nav(None, "login"), error, notice })
-}
-
-#[derive(Template)]
-#[template(path = "ui/message.html")]
-struct MessagePage<'a> {
-    nav: Nav<'a>,
-    heading: &'a str,
-    text: &'a str,
-    back: &'a str,
-    error: bool,
-}
-
-/// A page of words: `heading`, `text`, and where to go back to.
-pub fn message(viewer: Option<&Viewer>, status: StatusCode, heading: &str, text: &str, back: &str) -> Reply {
-    let error = !status.is_success();
-    render(status, &MessagePage { nav: nav(viewer, ""), heading, text, back, error })
-}
-
-pub fn render(status: StatusCode, page: &impl Template) -> Reply {
-    match page.render() {
-        Ok(body) => html(status, body),
-        Err(e) => {
-            html(StatusCode::INTERNAL_SERVER_ERROR, format!("<!doctype html><p>the page could not be made: {e}</p>"))
-        }
-    }
 }
 
 /// One app's tiles on the overview.

@@ -12,7 +12,7 @@ use askama::Template;
 use http::StatusCode;
 
 use super::auth::{self, UiAuth, WriteRefused};
-use super::pages::{message, render, Context, Nav};
+use super::view::{message, render, Context, Nav};
 use super::{nav, redirect, Failure, Reply, Request};
 use crate::clock::hms;
 use crate::history::query::{self, Detail};
