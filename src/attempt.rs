@@ -14,7 +14,7 @@ use crate::metrics::{status_class, Metrics};
 use crate::policy::{self, Outcome, Verdict};
 use crate::shared::Shared;
 use crate::slack::{self, Kind, ReplyOutcome};
-use crate::upstream::{Outgoing, Response, SendError, UpstreamClient};
+use crate::upstream::{Outgoing, Response, SendError, Transport, UpstreamClient};
 
 /// How an inline attempt (a command or interaction answered within Slack's request) ended, as
 /// the `inline_total` outcome.
@@ -105,26 +105,29 @@ impl Attempted {
     }
 }
 
-/// Send `d` to `app`'s bot once, re-signed now, within `delivery.timeout`; judge and count it.
-pub async fn send_once(client: &UpstreamClient, shared: &Shared, app: &AppConfig, d: Delivery<'_>) -> Attempted {
-    let metrics = &shared.metrics;
-    if app.upstream.socket {
-        let started = Instant::now();
-        let body = (d.content_type, &d.body[..]);
-        let result = shared.bots.send(metrics, &app.name, d.id, d.number, body, app.delivery.timeout).await;
-        return judged(metrics, app, result, started.elapsed());
-    }
-    let out = Outgoing {
-        upstream: &app.upstream,
-        path: d.path,
-        content_type: d.content_type,
-        body: d.body,
-        secret: &app.secrets[0],
-        delivery_id: d.id,
-        attempt: d.number,
-    };
+/// Send `d` to `app`'s bot once over `transport`, re-signed now (over HTTP), within
+/// `delivery.timeout`; judge and count it.
+pub async fn send_once(transport: Transport<'_>, metrics: &Metrics, app: &AppConfig, d: Delivery<'_>) -> Attempted {
+    let timeout = app.delivery.timeout;
     let started = Instant::now();
-    let result = client.send(out, app.delivery.timeout).await;
+    let result = match transport {
+        Transport::Socket(bots) => {
+            let body = (d.content_type, &d.body[..]);
+            bots.send(metrics, &app.name, d.id, d.number, body, timeout).await
+        }
+        Transport::Http(client) => {
+            let out = Outgoing {
+                upstream: &app.upstream,
+                path: d.path,
+                content_type: d.content_type,
+                body: d.body,
+                secret: &app.secrets[0],
+                delivery_id: d.id,
+                attempt: d.number,
+            };
+            client.send(out, timeout).await
+        }
+    };
     judged(metrics, app, result, started.elapsed())
 }
 

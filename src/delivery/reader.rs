@@ -15,6 +15,7 @@ use crate::drain::Work;
 use crate::outbox::{self, Conversations, Delivered, Finish, Finished, Kept, Lease, Loaded, StoreOp, Stored};
 use crate::policy::{self, Outcome, Verdict};
 use crate::slack::{Conversation, Kind};
+use crate::upstream::Transport;
 
 /// How long one blocking read waits for new entries.
 const READ_BLOCK: Duration = Duration::from_secs(1);
@@ -44,7 +45,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
     while !*stop.borrow() && !s.shared.drain.draining() {
         // A Socket Mode bot's deliveries are taken only by a process its socket is on (the
         // others' attempts could only fail).
-        if s.app.upstream.socket && s.shared.bots.connected(&s.app.name) == 0 {
+        if !s.transport().reaches(&s.app.name) {
             tokio::select! {
                 _ = tokio::time::sleep(NO_BOT_POLL) => continue,
                 _ = stop.changed() => break,
@@ -275,6 +276,13 @@ async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<(Lease, Loaded)>, mut permit
     }
 }
 
+impl Shard {
+    /// How this shard's attempts reach the app's bot.
+    fn transport(&self) -> Transport<'_> {
+        Transport::of(&self.app.upstream, &self.client, &*self.shared.bots)
+    }
+}
+
 /// One attempt for one leased entry, start to fenced finish. Its attempt slot (`permit`) is
 /// given back once the bot has answered, for a slot of the recording ones: the finish waits on
 /// Redis, not on the bot, and the next entry need not wait for it.
@@ -295,7 +303,7 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
         body: stored.body.clone(),
     };
     let attempted = tokio::select! {
-        a = attempt::send_once(&s.client, &s.shared, &s.app, d) => a,
+        a = attempt::send_once(s.transport(), &s.shared.metrics, &s.app, d) => a,
         _ = keep_lease(s, &lease) => return,
     };
     let recording = tokio::select! {

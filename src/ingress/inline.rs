@@ -27,7 +27,7 @@ use crate::outbox::{Finish, ShardKeys, Store, StoreOp};
 use crate::policy::{self, Outcome, Verdict};
 use crate::shared::Shared;
 use crate::slack::Kind;
-use crate::upstream::{Response, UpstreamClient};
+use crate::upstream::{Response, Transport, UpstreamClient};
 
 /// Everything the background half of an inline attempt needs, owned.
 pub struct InlineJob {
@@ -90,7 +90,8 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
         content_type: &job.content_type,
         body: job.body.clone(),
     };
-    let attempted = attempt::send_once(&job.client, &job.shared, &job.app, d).await;
+    let transport = Transport::of(&job.app.upstream, &job.client, &*job.shared.bots);
+    let attempted = attempt::send_once(transport, &job.shared.metrics, &job.app, d).await;
     let suggestion = job.detail == "block_suggestion";
     let (finish, outcome) = match &attempted.verdict {
         // Options are useless later: a failed block_suggestion is not retried.

@@ -222,6 +222,26 @@ impl BotSockets {
     }
 }
 
+/// The attempts' handle on these sockets ([`upstream::Transport::Socket`]).
+#[async_trait::async_trait]
+impl upstream::SocketBots for BotSockets {
+    fn connected(&self, app: &str) -> usize {
+        BotSockets::connected(self, app)
+    }
+
+    async fn send(
+        &self,
+        metrics: &Metrics,
+        app: &str,
+        delivery_id: &str,
+        attempt: u64,
+        body: (&str, &[u8]),
+        timeout: Duration,
+    ) -> Result<upstream::Response, SendError> {
+        BotSockets::send(self, metrics, app, delivery_id, attempt, body, timeout).await
+    }
+}
+
 fn no_bot() -> SendError {
     SendError::Refused("no Socket Mode bot is connected".into())
 }
