@@ -361,3 +361,33 @@ async fn late_reply(client: &UpstreamClient, metrics: &Metrics, app: &str, to: &
     metrics.response_url_posts.with_label_values(&[app, outcome.as_label()]).inc();
     info!(target: "slackgate::audit", outcome = outcome.as_label(), detail, "late reply");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempted(status: u16) -> Attempted {
+        let body = Bytes::from_static(b"{}");
+        let result = Ok(Response { status, content_type: None, body, retry_after: None, headers: Default::default() });
+        Attempted { verdict: policy::judge(&result), result, took: Duration::ZERO }
+    }
+
+    #[test]
+    fn slack_waiting_gets_the_bots_answer_else_it_is_late_or_expired() {
+        let (slack, mut waiting) = oneshot::channel();
+        assert_eq!(answer(slack, &attempted(200), false), InlineOutcome::InTime);
+        assert_eq!(waiting.try_recv().unwrap().map(|r| r.status), Some(200));
+        let (slack, mut waiting) = oneshot::channel();
+        assert_eq!(answer(slack, &attempted(404), false), InlineOutcome::InTime);
+        assert_eq!(waiting.try_recv().unwrap().map(|r| r.status), Some(404), "a final answer is Slack's too");
+        let (slack, mut waiting) = oneshot::channel();
+        assert_eq!(answer(slack, &attempted(503), false), InlineOutcome::InTime);
+        assert!(waiting.try_recv().unwrap().is_none(), "retried: Slack gets an empty 200");
+        // The budget ran out: the receiver is closed.
+        for (suggestion, outcome) in [(false, InlineOutcome::Late), (true, InlineOutcome::Expired)] {
+            let (slack, mut waiting) = oneshot::channel();
+            waiting.close();
+            assert_eq!(answer(slack, &attempted(200), suggestion), outcome);
+        }
+    }
+}
