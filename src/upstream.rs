@@ -22,7 +22,7 @@ use crate::slack;
 mod direct;
 mod transport;
 use direct::Direct;
-pub use transport::SocketBots;
+pub use transport::{SocketBots, Transport};
 
 /// Bodies the bot answers with are read up to this size (Slack's own reply limits are smaller).
 const MAX_RESPONSE_BODY: usize = 1 << 20;

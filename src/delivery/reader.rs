@@ -9,12 +9,14 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::Shard;
-use crate::attempt::{self, Attempted, InlineOutcome, ReplyTo};
-use crate::clock::now_ms;
+use crate::attempt::{self, InlineOutcome, Path, ReplyTo};
 use crate::drain::Work;
-use crate::outbox::{self, Conversations, Delivered, Finish, Finished, Kept, Lease, Loaded, StoreOp, Stored};
-use crate::policy::{self, Outcome, Verdict};
+use crate::outbox::{
+    self, Conversations, Delivered, Finish, Finished, Kept, Lease, Loaded, StoreError, StoreOp, Stored,
+};
+use crate::policy::Outcome;
 use crate::slack::{Conversation, Kind};
+use crate::upstream::Transport;
 
 /// How long one blocking read waits for new entries.
 const READ_BLOCK: Duration = Duration::from_secs(1);
@@ -44,7 +46,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
     while !*stop.borrow() && !s.shared.drain.draining() {
         // A Socket Mode bot's deliveries are taken only by a process its socket is on (the
         // others' attempts could only fail).
-        if s.app.upstream.socket && s.shared.bots.connected(&s.app.name) == 0 {
+        if !s.transport().reaches(&s.app.name) {
             tokio::select! {
                 _ = tokio::time::sleep(NO_BOT_POLL) => continue,
                 _ = stop.changed() => break,
@@ -275,6 +277,13 @@ async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<(Lease, Loaded)>, mut permit
     }
 }
 
+impl Shard {
+    /// How this shard's attempts reach the app's bot.
+    fn transport(&self) -> Transport<'_> {
+        Transport::of(&self.app.upstream, &self.client, &*self.shared.bots)
+    }
+}
+
 /// One attempt for one leased entry, start to fenced finish. Its attempt slot (`permit`) is
 /// given back once the bot has answered, for a slot of the recording ones: the finish waits on
 /// Redis, not on the bot, and the next entry need not wait for it.
@@ -295,7 +304,7 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
         body: stored.body.clone(),
     };
     let attempted = tokio::select! {
-        a = attempt::send_once(&s.client, &s.shared, &s.app, d) => a,
+        a = attempt::send_once(s.transport(), &s.shared.metrics, &s.app, d) => a,
         _ = keep_lease(s, &lease) => return,
     };
     let recording = tokio::select! {
@@ -303,7 +312,8 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
         _ = keep_lease(s, &lease) => return,
     };
     drop(permit);
-    finish(s, &lease, &stored, number, attempted).await;
+    let fence = Held { s, lease: &lease, stored: &stored };
+    attempt::conclude(attempted, &fence, context(s, &lease, &stored, number)).await;
     drop(recording);
 }
 
@@ -366,61 +376,54 @@ async fn expire(s: &Shard, lease: &Lease, stored: &Stored) {
     }
 }
 
-/// Record the attempt's outcome through the fence; on delivery, post a late answer.
-async fn finish(s: &Shard, lease: &Lease, stored: &Stored, number: u64, attempted: Attempted) {
-    let app = &s.app.name;
-    let now = now_ms();
-    let (how, outcome) =
-        policy::step(&s.app.delivery, &attempted.verdict, stored.retries, stored.received_ms, now, rand::random());
-    let next_retry_ms = match &how {
-        Finish::Retry { due_ms, .. } => due_ms.saturating_sub(now),
-        _ => 0,
-    };
-    let conversation = match &stored.conversation {
-        Kept::Some(c) => Some(c.key()),
-        _ => None,
-    };
-    let turn = s.turns.as_ref().zip(conversation.as_deref());
-    // Delivered, with no turn to end: finished with the others of the moment, in one call.
-    let finished = match (&how, turn) {
-        (Finish::Done, None) => s.finisher.done(Delivered::new(lease, stored)).await.map(|done| match done {
-            true => Finished::Recorded(None),
-            false => Finished::Fenced,
-        }),
-        _ => s.store.finish_in_turn(&s.keys, &s.consumer, lease, how, turn).await,
-    };
-    match finished {
-        Ok(Finished::Recorded(turn)) => {
-            if let Some(ended) = &turn {
-                s.turn_ended(ended);
-            }
-            s.shared.metrics.deliveries.with_label_values(&[app, outcome.as_label()]).inc();
-            attempted.audit("attempt", number, outcome, next_retry_ms);
-            attempted.remember(&s.shared, (app, &lease.delivery, &s.consumer), number, outcome, next_retry_ms);
-            if let (Verdict::Delivered, Ok(resp)) = (&attempted.verdict, &attempted.result) {
-                let lag = now.saturating_sub(stored.received_ms) as f64 / 1000.0;
-                s.shared.metrics.delivered_lag_seconds.with_label_values(&[app]).observe(lag);
-                // A command's or block action's answer cannot reach Slack in the request any more.
-                let to = ReplyTo {
-                    kind: stored.kind,
-                    detail: &stored.detail,
-                    response_url: &stored.response_url,
-                    allowed_hosts: &s.response_url_hosts,
-                };
-                attempt::late_reply(&s.client, &s.shared.metrics, app, &to, resp).await;
-            }
+/// How a worker's attempt is concluded: `number` on `lease`, the delivery `stored`.
+fn context<'a>(s: &'a Shard, lease: &'a Lease, stored: &'a Stored, number: u64) -> attempt::Context<'a> {
+    attempt::Context {
+        shared: &s.shared,
+        client: &s.client,
+        app: &s.app,
+        delivery: &lease.delivery,
+        number,
+        retries: stored.retries,
+        received_ms: stored.received_ms,
+        reply_to: ReplyTo {
+            kind: stored.kind,
+            detail: &stored.detail,
+            response_url: &stored.response_url,
+            allowed_hosts: &s.response_url_hosts,
+        },
+        path: Path::Worker { by: &s.consumer },
+    }
+}
+
+/// A worker's lease on an entry: its word counts while the lease is its own.
+struct Held<'a> {
+    s: &'a Shard,
+    lease: &'a Lease,
+    stored: &'a Stored,
+}
+
+impl attempt::Fence for Held<'_> {
+    /// Delivered with no turn to end: finished with the others of the moment, in one call (the
+    /// shard's finisher). Else alone, ending the delivery's turn when it has one.
+    async fn finish(&self, how: Finish<'static>) -> Result<bool, StoreError> {
+        let Held { s, lease, stored } = *self;
+        let conversation = match &stored.conversation {
+            Kept::Some(c) => Some(c.key()),
+            _ => None,
+        };
+        let turn = s.turns.as_ref().zip(conversation.as_deref());
+        if let (Finish::Done, None) = (&how, turn) {
+            return s.finisher.done(Delivered::new(lease, stored)).await;
         }
-        Ok(Finished::Fenced) => {
-            s.shared.metrics.fence_rejections.with_label_values(&[app]).inc();
-            warn!(
-                attempt = number,
-                outcome = outcome.as_label(),
-                "lease was taken by another worker; result discarded"
-            );
-        }
-        Err(e) => {
-            s.store_error(StoreOp::Finish);
-            warn!(attempt = number, error = %e, "cannot record the outcome; the lease will expire and the entry be retried");
+        match s.store.finish_in_turn(&s.keys, &s.consumer, lease, how, turn).await? {
+            Finished::Recorded(ended) => {
+                if let Some(ended) = &ended {
+                    s.turn_ended(ended);
+                }
+                Ok(true)
+            }
+            Finished::Fenced => Ok(false),
         }
     }
 }

@@ -16,18 +16,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{info_span, Instrument};
 
 use super::answer::{Answer, Outcome as Answered, RequestKind};
-use crate::attempt::{self, Attempted, InlineOutcome, ReplyTo};
-use crate::clock::now_ms;
+use crate::attempt::{self, Path, ReplyTo};
 use crate::config::AppConfig;
 use crate::drain::Work;
-use crate::outbox::{Finish, ShardKeys, Store, StoreOp};
-use crate::policy::{self, Outcome, Verdict};
+use crate::outbox::{Finish, ShardKeys, Store, StoreError};
 use crate::shared::Shared;
 use crate::slack::Kind;
-use crate::upstream::{Response, UpstreamClient};
+use crate::upstream::{Response, Transport, UpstreamClient};
 
 /// Everything the background half of an inline attempt needs, owned.
 pub struct InlineJob {
@@ -82,7 +80,7 @@ pub async fn run(job: InlineJob, budget: Duration) -> Answer {
     }
 }
 
-async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
+async fn attempt(job: InlineJob, slack: oneshot::Sender<Option<Response>>) {
     let d = attempt::Delivery {
         id: &job.id,
         number: 1,
@@ -90,60 +88,35 @@ async fn attempt(job: InlineJob, tx: oneshot::Sender<Option<Response>>) {
         content_type: &job.content_type,
         body: job.body.clone(),
     };
-    let attempted = attempt::send_once(&job.client, &job.shared, &job.app, d).await;
-    let suggestion = job.detail == "block_suggestion";
-    let (finish, outcome) = match &attempted.verdict {
-        // Options are useless later: a failed block_suggestion is not retried.
-        Verdict::Retry { .. } if suggestion => (Finish::Done, Outcome::Expired),
-        v => policy::step(&job.app.delivery, v, 0, job.received_ms, now_ms(), rand::random()),
-    };
-    if !finish_inline(&job, finish, outcome).await {
-        let _ = tx.send(None);
-        return;
-    }
-    attempted.audit("inline attempt", 1, outcome, 0);
-    attempted.remember(&job.shared, (&job.app.name, &job.id, "inline"), 1, outcome, 0);
-    let pass = match attempted.verdict {
-        Verdict::Delivered | Verdict::Final { .. } => attempted.result.as_ref().ok().cloned(),
-        Verdict::Retry { .. } => None,
-    };
-    if tx.send(pass).is_ok() {
-        return count(&job, InlineOutcome::InTime);
-    }
-    if suggestion {
-        count(&job, InlineOutcome::Expired);
-        return info!("block_suggestion answered too late for Slack; expired");
-    }
-    count(&job, InlineOutcome::Late);
-    late_reply(&job, &attempted).await;
+    let transport = Transport::of(&job.app.upstream, &job.client, &*job.shared.bots);
+    let attempted = attempt::send_once(transport, &job.shared.metrics, &job.app, d).await;
+    attempt::conclude(attempted, &job, context(&job, slack)).await;
 }
 
-/// Record the outcome through the inline fence; `false` when the workers own the delivery now.
-async fn finish_inline(job: &InlineJob, finish: Finish<'_>, outcome: Outcome) -> bool {
-    let app = &job.app.name;
-    let m = &job.shared.metrics;
-    match job.store.inline_finish(&job.keys, &job.id, finish).await {
-        Ok(true) => m.deliveries.with_label_values(&[app, outcome.as_label()]).inc(),
-        Ok(false) => {
-            m.fence_rejections.with_label_values(&[app]).inc();
-            warn!(outcome = outcome.as_label(), "the workers own this delivery now; result discarded");
-            return false;
-        }
-        Err(e) => {
-            m.store_errors.with_label_values(&[app, StoreOp::InlineFinish.as_label()]).inc();
-            warn!(error = %e, "cannot record the outcome; the workers will retry it after the lease");
-        }
+/// How the inline attempt is concluded: the first, with Slack's request waiting on `slack`.
+fn context(job: &InlineJob, slack: oneshot::Sender<Option<Response>>) -> attempt::Context<'_> {
+    attempt::Context {
+        shared: &job.shared,
+        client: &job.client,
+        app: &job.app,
+        delivery: &job.id,
+        number: 1,
+        retries: 0,
+        received_ms: job.received_ms,
+        reply_to: ReplyTo {
+            kind: job.kind,
+            detail: &job.detail,
+            response_url: job.response_url.as_deref().unwrap_or(""),
+            allowed_hosts: &job.response_url_hosts,
+        },
+        path: Path::Inline { slack },
     }
-    true
 }
 
-fn count(job: &InlineJob, outcome: InlineOutcome) {
-    let labels = [job.app.name.as_str(), job.kind.as_str(), outcome.as_label()];
-    job.shared.metrics.inline.with_label_values(&labels).inc();
-}
-
-async fn late_reply(job: &InlineJob, attempted: &Attempted) {
-    let (Ok(resp), Some(url)) = (&attempted.result, job.response_url.as_deref()) else { return };
-    let to = ReplyTo { kind: job.kind, detail: &job.detail, response_url: url, allowed_hosts: &job.response_url_hosts };
-    attempt::late_reply(&job.client, &job.shared.metrics, &job.app.name, &to, resp).await;
+/// The inline fence: the ingress's word counts only while the delivery is still in the
+/// schedule (`INLINE_FINISH`), before the promoter hands it to the workers.
+impl attempt::Fence for InlineJob {
+    async fn finish(&self, how: Finish<'static>) -> Result<bool, StoreError> {
+        self.store.inline_finish(&self.keys, &self.id, how).await
+    }
 }

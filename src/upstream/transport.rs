@@ -1,19 +1,21 @@
-//! The Socket Mode bots' side of the bot transport, as a handle: what the attempt, the workers
-//! and the egress ask of the bots' sockets of this process, without knowing the service that
-//! serves them (`socket::BotSockets`). `Shared` holds it, so that it holds no service.
+//! The way an attempt reaches one app's bot, chosen per app: its HTTP endpoint through the
+//! pooled client, or (`upstream = "socket"`) one of its Socket Mode sockets on this process.
+//! The sockets are a handle ([`SocketBots`]) the Socket Mode service implements, so neither an
+//! attempt nor what holds the handle (`Shared`) imports that service.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Response, SendError};
+use super::{Response, SendError, UpstreamClient};
+use crate::config::Upstream;
 use crate::metrics::Metrics;
 
 /// The Socket Mode bots connected to this process (`upstream = "socket"`), and the one-time
-/// tickets that let them connect.
+/// tickets that let them connect, as the attempt, the workers and the egress see them.
 #[async_trait]
 pub trait SocketBots: Send + Sync {
-    /// Greeted sockets of `app`.
+    /// Greeted sockets of `app` on this process.
     fn connected(&self, app: &str) -> usize;
 
     /// A one-time URL on `listen` (the socket listener) for `app`'s bot; `None` when too many
@@ -31,4 +33,32 @@ pub trait SocketBots: Send + Sync {
         body: (&str, &[u8]),
         timeout: Duration,
     ) -> Result<Response, SendError>;
+}
+
+/// How an attempt reaches one app's bot.
+#[derive(Clone, Copy)]
+pub enum Transport<'a> {
+    /// Re-signed and sent over HTTP to the bot's URL.
+    Http(&'a UpstreamClient),
+    /// Sent as an envelope to a socket the bot opened to this process.
+    Socket(&'a dyn SocketBots),
+}
+
+impl<'a> Transport<'a> {
+    /// The transport of an app whose bot is `upstream`.
+    pub fn of(upstream: &Upstream, client: &'a UpstreamClient, bots: &'a dyn SocketBots) -> Self {
+        match upstream.socket {
+            true => Transport::Socket(bots),
+            false => Transport::Http(client),
+        }
+    }
+
+    /// Whether an attempt toward `app`'s bot can go out from this process now: over HTTP
+    /// always, over Socket Mode while one of its sockets is here.
+    pub fn reaches(&self, app: &str) -> bool {
+        match self {
+            Transport::Http(_) => true,
+            Transport::Socket(bots) => bots.connected(app) > 0,
+        }
+    }
 }
