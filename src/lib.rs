@@ -5,7 +5,8 @@
 //! # Layout
 //! Data flows one way: ingress → outbox → delivery → upstream; the bot's replies go
 //! bot → egress → Slack. The ingress and the delivery workers meet only at the outbox; both
-//! send through [`attempt`] (one send-once step) and decide what follows with [`policy`].
+//! send through [`attempt`] (one send-once step) and conclude there (one conclusion, what
+//! follows decided by [`policy`]).
 //! - [`cli`]: the command line; `run` wires the services together and hands each the
 //!   [`shared`] state. [`out`]: the commands' `println!` (the CLI's and the simulator's).
 //! - [`config`]: `gateway.toml` → one validated [`config::Config`]; [`live`]: the running
@@ -20,12 +21,15 @@
 //!   and the conversation records where the inbound side and the egress meet. Knows no HTTP
 //!   and no workers.
 //! - [`delivery`]: the background workers (reader, housekeeping).
-//! - [`attempt`]: one attempt toward the bot, and the late reply to `response_url`.
+//! - [`attempt`]: one attempt toward the bot over its transport, and the one conclusion after
+//!   it for the workers and the inline path alike (policy step, fenced finish, counts, audit,
+//!   history, the late reply to `response_url`).
 //! - [`policy`]: what to do after an attempt (retry, backoff, give up, dead-letter).
 //! - [`socket`]: Socket Mode both ways — the gateway's sockets to Slack (each envelope recorded
 //!   by the ingress before it is acked) and a Socket Mode bot's socket to the gateway.
 //! - [`upstream`]: the pooled client that re-signs and sends a delivery to the bot (and, for
-//!   the egress, calls Slack).
+//!   the egress, calls Slack); the bot's transport, HTTP or a Socket Mode socket
+//!   ([`upstream::Transport`]).
 //! - [`egress`]: the Web API egress the bots' clients point at — reads streamed through,
 //!   writes made once (keys, a client's own retries, uncertain posts), paced, and withheld when
 //!   their source message is gone. It reads what the inbound side recorded (delivered,
