@@ -5,7 +5,7 @@
 //! posted: a duplicate is better than a lost reply.
 
 use super::ctx::Ctx;
-use super::error::Error;
+use super::model::error::Error;
 use super::model::{Attributed, Cached, Reply, Target, Write};
 use super::plan;
 use super::store::EgressStore;

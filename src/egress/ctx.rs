@@ -10,8 +10,8 @@ use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use tracing::{info, warn};
 
-use super::error::Error;
 use super::headers;
+use super::model::error::Error;
 use super::model::{Attributed, Cached, Call, Outcome, Reply, Write};
 use super::plan::KeyKind;
 use super::slack_api::SlackApi;

@@ -7,8 +7,8 @@
 use tracing::warn;
 
 use super::ctx::Ctx;
-use super::error::Error;
 use super::lease::{nonce, Lease};
+use super::model::error::Error;
 use super::model::{IdemEnd, Outcome, Reply, Write};
 use super::plan::{self, KeyStep};
 use super::store::EgressStore;

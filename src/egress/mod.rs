@@ -4,7 +4,8 @@
 //! happen once, are paced, and are withheld when their source is gone (see `write`).
 //!
 //! - `model`: what the layers share — the call and its write, the target, Slack's answer as
-//!   kept, claims, fingerprints, how a record settles, outcomes. Imports nothing of the egress.
+//!   kept, claims, fingerprints, how a record settles, outcomes, and `model::error`, the
+//!   egress's own errors. Imports nothing of the egress.
 //! - `plan`: the write path's decisions, pure (which key layer, what a fingerprint means,
 //!   withhold or post, what an outcome settles, an uncertain write by method).
 //! - `ctx`: what every step works with (config, store, Slack, shared handles), and the steps
@@ -18,7 +19,7 @@
 //!   `socket_open`: a Socket Mode bot's `apps.connections.open`.
 //! - `call`: reading a call and the fields of a write; `headers`: which headers cross the
 //!   egress, both ways.
-//! - `error`: the egress's own errors, and the one place each becomes the bot's answer.
+//! - `model::error`: the egress's own errors, and the one place each becomes the bot's answer.
 //! - `slack_api`: Slack's API as the egress calls it (forward, `auth.test`); `identities`:
 //!   who each token is, remembered for an hour, bounded.
 //! - `store`, `scripts`: the egress's own records in Redis; its withheld and unknown notes are
@@ -29,7 +30,6 @@ mod attribution;
 mod budget;
 mod call;
 mod ctx;
-mod error;
 mod headers;
 mod identities;
 mod keyed;
@@ -69,7 +69,7 @@ use crate::live::Live;
 use crate::outbox::Endpoint;
 use crate::shared::Shared;
 use ctx::{respond, Ctx};
-use error::Error;
+use model::error::Error;
 use model::{Call, Reply, Verb};
 
 /// Bodies of Web API calls are read up to this size.

@@ -8,7 +8,7 @@ use std::time::Instant;
 use tracing::warn;
 
 use super::ctx::{cached, forwarded, Ctx};
-use super::error::Error;
+use super::model::error::Error;
 use super::model::{Lost, Outcome, Reply, Target, Write};
 use super::plan;
 use super::store::EgressStore;

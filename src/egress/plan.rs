@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::error::Error;
+use super::model::error::Error;
 use super::model::{Cached, Gone, IdemClaim, Outcome, Settle, SourceState, LEASE, LEASE_RENEW_EVERY};
 use crate::outbox::WriteKind;
 

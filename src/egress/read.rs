@@ -12,8 +12,8 @@ use pingora::protocols::http::ServerSession;
 use tracing::debug;
 
 use super::ctx::{respond, Ctx};
-use super::error::Error;
 use super::headers;
+use super::model::error::Error;
 use super::model::{Call, Outcome};
 use super::replies::{history_read, record_page, refused_read};
 

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::ctx::Ctx;
-use super::error::Error;
 use super::lease::{nonce, Lease};
+use super::model::error::Error;
 use super::model::{Cached, Fingerprint, FpUpdate, Outcome, Reply, Write};
 use super::plan::{self, BusyWatch, FpSeen, FpStep, KeyKind};
 use super::store::EgressStore;

@@ -8,7 +8,7 @@
 use tracing::{debug, info};
 
 use super::ctx::Ctx;
-use super::error::Error;
+use super::model::error::Error;
 use super::model::{Gone, Reply, Target, Write};
 use super::plan;
 use super::store::EgressStore;

@@ -31,8 +31,8 @@ use tracing::{info, warn};
 
 use super::budget::Budget;
 use super::ctx::{forwarded, Ctx};
-use super::error::Error;
 use super::look::{posted, LookError};
+use super::model::error::Error;
 use super::model::{Cached, Identity, Outcome, Reply, Write};
 use super::plan::{self, FromEvents, Recovery, Window};
 use super::store::EgressStore;

@@ -36,8 +36,8 @@ use pingora::protocols::http::ServerSession;
 
 use super::call::{request_digest, token_hash, with_query_args};
 use super::ctx::{forwarded, Ctx};
-use super::error::Error;
 use super::lease::Lease;
+use super::model::error::Error;
 use super::model::{Attributed, Cached, Call, Identity, Lost, Reply, Target, Write};
 use super::plan::{self, FpStep, KeyKind, Layer};
 use super::retry::{ClientGone, Tracked};

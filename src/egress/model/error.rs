@@ -1,13 +1,13 @@
 //! The egress's own errors, and the one place each becomes what the bot gets: a status, a
 //! Slack-shaped `{"ok": false, "error": …}`, the outcome it is counted as, and `Retry-After`.
 
-use super::model::{Gone, Outcome, Reply};
+use super::{Gone, Outcome, Reply};
 
 /// What a bot's client is told to wait before it retries an unknown write.
 const UNKNOWN_RETRY_AFTER: u64 = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(super) enum Error {
+pub(in crate::egress) enum Error {
     /// No answer from Slack, and the call never reached it (or a read failed).
     #[error("Slack did not answer")]
     Upstream,

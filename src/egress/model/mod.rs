@@ -1,7 +1,10 @@
 //! What the egress's layers share, and nothing of the egress itself: a call and the write it
 //! becomes, where the write goes (its target and source), Slack's answer as the egress keeps
 //! it, what a claim or a fingerprint holds, how a record is settled, and the outcome a call
-//! is counted as. The plan decides over these; the layers, the store and the errors use them.
+//! is counted as; and ([`error`]) the egress's own errors, each with what the bot gets for it.
+//! The plan decides over these; the layers and the store use them.
+
+pub mod error;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
