@@ -24,6 +24,7 @@ export BENCH_SECRET=bench-secret
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --save "" >"$WORK/redis.log" 2>&1 &
 nginx_bot "$WORK" "$NGINX_PORT"
 sleep 0.5
+used_memory() { redis-cli -p "$REDIS_PORT" INFO memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p' | tr -d '\r'; }
 out_bytes() { redis-cli -p "$REDIS_PORT" INFO stats | sed -n 's/^total_net_output_bytes:\([0-9]*\).*/\1/p' | tr -d '\r'; }
 # seed PORT: N app_mentions of ~3 KB, one channel in ten "CTENTH", signed, over one connection.
 seed() {
@@ -58,14 +59,16 @@ for gw in "${BINS[@]}"; do
   i=$((i + 1)); name="hl$i"; listen=$(port); admin=$(port)
   SERVER_LINES="" bench_gateway "$gw" "$name" "$listen" "$admin" "$REDIS_PORT" "$NGINX_PORT" "{ max_in_flight = 64 }" \
     $'\n[ui]\nhistory_rate = 100000\nhistory_max = '"$N"
+  mem0=$(used_memory)
   seed "$listen"
   for _ in $(seq 300); do
     [ "$(redis-cli -p "$REDIS_PORT" ZCARD "{$name:h:bench}:idx")" -ge "$N" ] && break
     sleep 0.2
   done
   sleep 1 # the writer's last window
-  mem=$(redis-cli -p "$REDIS_PORT" INFO memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p' | tr -d '\r')
-  printf '%s: %s in the index, Redis used_memory %.1f MB\n' "$gw" "$(redis-cli -p "$REDIS_PORT" ZCARD "{$name:h:bench}:idx")" "$(echo "$mem / 1000000" | bc -l)"
+  # The binaries share one Redis: what this one's history added, not the total.
+  mem=$(( $(used_memory) - mem0 ))
+  printf '%s: %s in the index, Redis used_memory +%.1f MB for them (%d B a delivery)\n' "$gw" "$(redis-cli -p "$REDIS_PORT" ZCARD "{$name:h:bench}:idx")" "$(echo "$mem / 1000000" | bc -l)" $((mem / N))
   for path in "/ui/deliveries?channel=CNONE" "/ui/deliveries?channel=CTENTH" "/ui/deliveries?rows=1"; do
     b=$(page_bytes "$admin" "$path")
     printf '  %-32s Redis sent %10d bytes (%.2f MB)\n' "$path" "$b" "$(echo "$b / 1000000" | bc -l)"
