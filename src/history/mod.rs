@@ -29,6 +29,7 @@
 pub mod describe;
 pub mod fields;
 pub mod query;
+pub mod retention;
 pub mod turns;
 pub mod writer;
 
