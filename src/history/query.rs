@@ -184,27 +184,31 @@ async fn scan(
             _ => offset += ids.len(),
         }
         let candidates: Vec<&String> = candidates.into_iter().map(|i| &ids[i]).collect();
-        let mut p = redis::pipe();
-        for id in &candidates {
-            p.cmd("GET").arg(format!("{tag}:t:{id}"));
-        }
-        let records: Vec<Option<String>> = if candidates.is_empty() { vec![] } else { p.query_async(conn).await? };
-        for (id, record) in candidates.iter().zip(records) {
-            // A record whose arrival was never noted (a full queue dropped it) is not listed.
-            let Some(folded) = record.as_deref().and_then(fold).filter(|f| f.fields.contains_key("received")) else {
-                continue;
-            };
-            let s = Summary { app: app.to_string(), id: id.to_string(), fields: folded.fields };
-            if s.matches(f, now) {
-                found.push(s);
-            }
-        }
+        found.extend(summaries(conn, &tag, app, &candidates).await?.into_iter().filter(|s| s.matches(f, now)));
         if ids.len() < chunk {
             break;
         }
     }
     found.truncate(want);
     Ok(found)
+}
+
+/// The summaries of `ids` of one app, from their timelines (one pipelined read). A record whose
+/// arrival was never noted (a full queue dropped it) is not listed.
+async fn summaries(conn: &mut Conn, tag: &str, app: &str, ids: &[&String]) -> RedisResult<Vec<Summary>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut p = redis::pipe();
+    for id in ids {
+        p.cmd("GET").arg(format!("{tag}:t:{id}"));
+    }
+    let records: Vec<Option<String>> = p.query_async(conn).await?;
+    let summaries = ids.iter().zip(records).filter_map(|(id, record)| {
+        let folded = record.as_deref().and_then(fold).filter(|f| f.fields.contains_key("received"))?;
+        Some(Summary { app: app.to_string(), id: id.to_string(), fields: folded.fields })
+    });
+    Ok(summaries.collect())
 }
 
 /// The places in `ids` (one chunk) of those whose arrival may match `f`: with a filter on the arrival's fields,
