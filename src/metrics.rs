@@ -170,6 +170,11 @@ impl Overload {
     }
 }
 
+/// How a stream through the egress ends: stopped by the bot; continued as edits by the
+/// gateway (an append's answer lost, or Slack's expiry); closed by the gateway (its question
+/// deleted or edited).
+pub const STREAM_ENDINGS: [&str; 5] = ["stopped", "continued_lost", "continued_expired", "closed_deleted", "closed_edited"];
+
 /// The egress for the Slack Web API.
 pub struct Egress {
     pub calls: IntCounterVec,
@@ -194,6 +199,8 @@ pub struct Egress {
     pub seen_dropped: IntCounter,
     /// Batches of it Redis did not take.
     pub seen_errors: IntCounter,
+    /// Streams the egress saw start, by how they ended (`plan::STREAM_ENDINGS`).
+    pub streams: IntCounterVec,
 }
 
 impl Egress {
@@ -237,6 +244,12 @@ impl Egress {
                 "Messages seen for evidence or the thread record dropped (writer behind)",
             ),
             seen_errors: int_counter(r, "seen_errors_total", "Batches of messages seen that Redis did not take"),
+            streams: counter(
+                r,
+                "egress_streams_total",
+                "Streams (chat.startStream) through the egress, by how they ended",
+                &["ending"],
+            ),
             slack_seconds: register_histogram_vec_with_registry!(
                 "egress_slack_seconds",
                 "Slack's latency as the egress saw it",
@@ -388,7 +401,7 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 51] {
+    fn collectors(&self) -> [&dyn Collector; 52] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -429,6 +442,7 @@ impl Metrics {
             &self.egress.replies_from_record,
             &self.egress.seen_dropped,
             &self.egress.seen_errors,
+            &self.egress.streams,
             &self.turns.conversations_waiting,
             &self.turns.held,
             &self.turns.duration_seconds,
@@ -505,6 +519,9 @@ impl Metrics {
         }
         for from in ["events", "history"] {
             self.egress.reconciled.with_label_values(&[from]);
+        }
+        for ending in STREAM_ENDINGS {
+            self.egress.streams.with_label_values(&[ending]);
         }
     }
 

@@ -65,7 +65,15 @@ pub struct EgressConfig {
     pub replies_fallback: bool,
     /// The record of a thread lives this long after its root.
     pub replies_keep: Duration,
+    /// How the gateway closes a stream whose question is gone: stop it and replace its text
+    /// with `close_line` (`false`), or stop and delete it (`true`).
+    pub close_by_delete: bool,
+    /// What a closed stream's message says instead of its half answer.
+    pub close_line: String,
 }
+
+/// A closed stream's line unless `close_line` says another.
+pub const CLOSE_LINE: &str = "_This answer was stopped: its question was removed._";
 
 /// Slack's rate-limit tier for the history reads (`conversations.history`, `.replies`), each
 /// method its own budget per app and workspace.
@@ -158,6 +166,12 @@ impl Validator<'_> {
                 ("off", "record"),
             )?,
             replies_keep: positive("replies_keep", &e.replies_keep, Duration::from_secs(24 * 3600))?,
+            close_by_delete: self.switch(&key("close_stream"), e.close_stream.as_deref(), ("replace", "delete"))?,
+            close_line: match e.close_line.as_deref().map(str::trim) {
+                None => CLOSE_LINE.to_string(),
+                Some("") => return Err(self.err(&key("close_line"), "must not be empty (or use close_stream = \"delete\")")),
+                Some(line) => line.to_string(),
+            },
         })
     }
 

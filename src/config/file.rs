@@ -99,6 +99,8 @@ pub struct EgressSection {
     pub history_tier: Option<String>,
     pub replies_fallback: Option<String>,
     pub replies_keep: Option<String>,
+    pub close_stream: Option<String>,
+    pub close_line: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -58,6 +58,9 @@ pub struct TurnsConfig {
     pub pass_after: Duration,
     /// Every turn ends by this long after it began.
     pub timeout: Duration,
+    /// An open stream holds its turn until this long without a call (under Slack's own expiry
+    /// of about five minutes).
+    pub stream_idle: Duration,
 }
 
 impl TurnsConfig {
@@ -69,7 +72,16 @@ impl TurnsConfig {
     pub fn when_on(&self) -> Option<TurnsConfig> {
         self.is_on().then_some(*self)
     }
+
+    /// How long a status ("is thinking…") set before the first answer holds the turn: Slack's
+    /// own life of a status (two minutes), or `pass_after` when that is longer.
+    pub fn status_hold(&self) -> Duration {
+        STATUS_LIFE.max(self.pass_after)
+    }
 }
+
+/// How long Slack shows an assistant thread's status unless it is cleared or replaced.
+const STATUS_LIFE: Duration = Duration::from_secs(120);
 
 impl Default for TurnsConfig {
     fn default() -> Self {
@@ -80,6 +92,7 @@ impl Default for TurnsConfig {
             quiet: Duration::from_secs(3),
             pass_after: Duration::from_secs(45),
             timeout: Duration::from_secs(180),
+            stream_idle: Duration::from_secs(60),
         }
     }
 }
@@ -94,6 +107,7 @@ pub struct TurnsSection {
     pub quiet: Option<String>,
     pub pass_after: Option<String>,
     pub timeout: Option<String>,
+    pub stream_idle: Option<String>,
 }
 
 impl Validator<'_> {
@@ -148,6 +162,7 @@ impl Validator<'_> {
         let pass_after = positive("pass_after", &t.pass_after, d.pass_after)?;
         // `timeout` bounds every turn, whatever `quiet` and `pass_after` say.
         let timeout = positive("timeout", &t.timeout, d.timeout)?;
-        Ok(TurnsConfig { order, withhold_on_newer, end, quiet, pass_after, timeout })
+        let stream_idle = positive("stream_idle", &t.stream_idle, d.stream_idle)?;
+        Ok(TurnsConfig { order, withhold_on_newer, end, quiet, pass_after, timeout, stream_idle })
     }
 }

@@ -37,7 +37,7 @@ pub(super) async fn attribute<'a>(ctx: &Ctx, store: &EgressStore, w: &'a Write) 
 /// A write whose source message is gone: withheld, counted, kept for a day.
 pub(super) async fn withhold(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &Write) -> Option<Reply> {
     let source = to.source.as_ref()?;
-    let gone = plan::withhold(Some(source.state), ctx.cfg().withhold_edited)?;
+    let gone = plan::withhold(Some(source.state), ctx.cfg().withhold_edited, &w.call.method)?;
     Some(ctx.withheld(store, w, source, Error::Withheld(gone)).await)
 }
 

@@ -53,9 +53,18 @@ pub fn fields(content_type: Option<&str>, body: &[u8]) -> (Fields, Option<String
         };
         // `assistant.threads.setStatus` names its channel `channel_id`.
         let channel = text("channel").or_else(|| text("channel_id"));
-        f = Fields { channel, thread_ts: text("thread_ts"), ts: text("ts"), text: text("text") };
+        let appended = appended(text("markdown_text"), o.get("chunks"));
+        f = Fields {
+            channel,
+            thread_ts: text("thread_ts"),
+            ts: text("ts"),
+            text: text("text"),
+            appended,
+            status: text("status"),
+        };
         token = text("token");
     } else {
+        let (mut markdown, mut chunks) = (None, None);
         for (k, v) in form_urlencoded::parse(body) {
             let v = Some(v.into_owned());
             match &*k {
@@ -65,11 +74,37 @@ pub fn fields(content_type: Option<&str>, body: &[u8]) -> (Fields, Option<String
                 "ts" => f.ts = v,
                 "text" => f.text = v,
                 "token" => token = v,
+                "status" => f.status = v,
+                "markdown_text" => markdown = v,
+                "chunks" => chunks = v.map(Value::String),
                 _ => {}
             }
         }
+        f.appended = appended(markdown, chunks.as_ref());
     }
     (f, token)
+}
+
+/// The text a stream's call adds: `markdown_text`, then each `markdown_text` chunk's text.
+/// `chunks` is an array in a JSON body and the array's JSON as a string in a form (as
+/// `@slack/web-api` sends it); chunks of other types (plans, tasks) add no text.
+fn appended(markdown: Option<String>, chunks: Option<&Value>) -> Option<String> {
+    let parsed;
+    let chunks = match chunks {
+        Some(Value::String(s)) => {
+            parsed = serde_json::from_str::<Value>(s).ok();
+            parsed.as_ref()
+        }
+        other => other,
+    };
+    let texts = chunks.and_then(Value::as_array).into_iter().flatten().filter_map(|c| {
+        (c.get("type").and_then(Value::as_str) == Some("markdown_text")).then(|| c.get("text")?.as_str())?
+    });
+    let mut out: Option<String> = markdown;
+    for t in texts {
+        out.get_or_insert_with(String::new).push_str(t);
+    }
+    out
 }
 
 /// The token of a call: `Authorization: Bearer …`, else a `token` field of the body.
@@ -151,7 +186,8 @@ mod tests {
                 channel: Some("C1".into()),
                 thread_ts: Some("1.5".into()),
                 ts: None,
-                text: Some("hi there".into())
+                text: Some("hi there".into()),
+                ..Fields::default()
             }
         );
         assert_eq!(t.as_deref(), Some("xoxb-1"));
@@ -159,6 +195,19 @@ mod tests {
         assert_eq!((f.channel.as_deref(), f.thread(), t), (Some("C2"), Some("2.5"), None));
         let (f, _) = fields(None, b"not json {");
         assert_eq!(f, Fields::default());
+    }
+
+    #[test]
+    fn a_streams_text_from_json_chunks_form_chunks_and_markdown() {
+        let json = br#"{"channel":"C1","ts":"1.5","markdown_text":"a","chunks":[{"type":"markdown_text","text":"b"},{"type":"plan","title":"x"},{"type":"markdown_text","text":"c"}]}"#;
+        assert_eq!(fields(Some("application/json"), json).0.appended.as_deref(), Some("abc"));
+        let form = "channel=C1&ts=1.5&chunks=%5B%7B%22type%22%3A%22markdown_text%22%2C%22text%22%3A%22hi%22%7D%5D";
+        let (f, _) = fields(Some("application/x-www-form-urlencoded"), form.as_bytes());
+        assert_eq!((f.appended.as_deref(), f.message_text()), (Some("hi"), Some("hi")));
+        let (f, _) = fields(Some("application/json"), br#"{"channel_id":"D1","thread_ts":"1.5","status":""}"#);
+        assert_eq!((f.appended, f.status.as_deref()), (None, Some("")));
+        let (f, _) = fields(Some("application/json"), br#"{"channel":"C1","chunks":"not json"}"#);
+        assert_eq!(f.appended, None);
     }
 
     #[test]

@@ -46,6 +46,7 @@ mod scripts;
 mod slack_api;
 mod socket_open;
 mod store;
+mod stream;
 mod turn;
 mod uncertain;
 mod write;

@@ -170,8 +170,13 @@ pub(super) fn on_fingerprint<T>(seen: FpSeen<T>, before_deadline: bool) -> FpSte
 }
 
 /// Whether a write attributed to a source in `state` is withheld: its source was deleted, or
-/// edited when `withhold_edited`. An unattributed write is posted.
-pub(super) fn withhold(state: Option<SourceState>, withhold_edited: bool) -> Option<Gone> {
+/// edited when `withhold_edited`. An unattributed write is posted, and so is one that acts on a
+/// message the bot already posted (`names_its_message`): the bot can always finish, fix or
+/// remove its own answer.
+pub(super) fn withhold(state: Option<SourceState>, withhold_edited: bool, method: &str) -> Option<Gone> {
+    if names_its_message(method) {
+        return None;
+    }
     match state? {
         SourceState::Deleted => Some(Gone::Deleted),
         SourceState::Edited if withhold_edited => Some(Gone::Edited),
@@ -216,22 +221,79 @@ pub(super) fn records_its_post(method: &str) -> bool {
     matches!(method, POST_MESSAGE | "chat.startStream")
 }
 
-/// What a write is to its conversation's turn; `None`: not an answer at all (a reaction, a
-/// view), which a turn neither waits for nor withholds.
-pub(super) fn turn_write(method: &str) -> Option<WriteKind> {
+/// Whether a write acts on a message the bot already posted (named by its `ts`): an update, a
+/// delete, a stream's stop. Never withheld for its question; its turn is the message's.
+pub(super) fn names_its_message(method: &str) -> bool {
+    matches!(method, "chat.update" | "chat.delete" | STOP_STREAM)
+}
+
+/// What a write is to its conversation's turn (`status`: a status call's status); `None`: not
+/// an answer at all (a reaction, a view, a thread's title or suggested prompts), which a turn
+/// neither waits for nor withholds.
+pub(super) fn turn_write(method: &str, status: Option<&str>) -> Option<WriteKind> {
     Some(match method {
         POST_MESSAGE
         | "chat.postEphemeral"
         | "chat.meMessage"
         | "chat.scheduleMessage"
-        | "chat.startStream"
         | "files.completeUploadExternal" => WriteKind::Post,
-        "chat.update" | "chat.delete" | "chat.appendStream" => WriteKind::Continue,
-        "chat.stopStream" => WriteKind::Close,
+        START_STREAM => WriteKind::Start,
+        APPEND_STREAM => WriteKind::Append,
+        "chat.update" | "chat.delete" => WriteKind::Continue,
+        STOP_STREAM => WriteKind::Close,
+        // A status cleared is the answer's last touch: it renews the turn, holds nothing.
+        "assistant.threads.setStatus" if status.is_some_and(str::is_empty) => WriteKind::Continue,
         "assistant.threads.setStatus" => WriteKind::Status,
         _ => return None,
     })
 }
+
+pub(super) const START_STREAM: &str = "chat.startStream";
+pub(super) const APPEND_STREAM: &str = "chat.appendStream";
+pub(super) const STOP_STREAM: &str = "chat.stopStream";
+
+/// Whether the call goes on a stream the gateway keeps (an append or a stop).
+pub(super) fn continues_a_stream(method: &str) -> bool {
+    matches!(method, APPEND_STREAM | STOP_STREAM)
+}
+
+/// The error Slack answers a call on a stream it no longer streams (its stop came, or it
+/// expired after about five minutes).
+pub(super) const NOT_STREAMING: &str = "message_not_in_streaming_state";
+
+/// What Slack's answer to a stream's append or stop means for the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StreamAnswer {
+    /// Slack took it.
+    Taken,
+    /// Slack no longer streams it: the gateway continues the answer as edits.
+    Expired,
+    /// Slack refused it for another reason: its text is taken back, the bot gets the answer.
+    Refused,
+    /// No answer after it may have reached Slack: the gateway continues the answer as edits.
+    Lost,
+}
+
+/// Slack's answer to an append or stop (`None`: lost on the way).
+pub(super) fn stream_answer(answer: Option<&Cached>) -> StreamAnswer {
+    let Some(a) = answer else { return StreamAnswer::Lost };
+    if a.succeeded() {
+        return StreamAnswer::Taken;
+    }
+    let error = serde_json::from_slice::<serde_json::Value>(&a.body).ok().and_then(|v| v["error"].as_str().map(String::from));
+    match error.as_deref() {
+        Some(NOT_STREAMING) => StreamAnswer::Expired,
+        _ => StreamAnswer::Refused,
+    }
+}
+
+/// The gateway edits a message it continues at most once in this (Slack's pace for the
+/// updates of one message); the edits between are coalesced, and the last is always sent.
+pub(super) const EDIT_EVERY: Duration = Duration::from_secs(1);
+
+/// Slack takes `markdown_text` up to this many characters; a longer answer is edited as
+/// `text`.
+pub(super) const MARKDOWN_MAX: usize = 12_000;
 
 /// The gap between two posts of an app in a channel.
 pub(super) fn pace_per(per_second: f64) -> Duration {
@@ -273,7 +335,8 @@ pub(super) enum Recovery {
 
 pub(super) fn recovery(method: &str) -> Recovery {
     match method {
-        POST_MESSAGE => Recovery::LookFor,
+        // A stream's start makes a message as a post does: looked for by its text.
+        POST_MESSAGE | START_STREAM => Recovery::LookFor,
         "chat.update"
         | "chat.delete"
         | "reactions.add"

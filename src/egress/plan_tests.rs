@@ -91,7 +91,12 @@ fn only_a_deleted_or_withheld_edited_source_withholds() {
         (Some(Edited), true, Some(Gone::Edited)),
     ];
     for (state, withhold_edited, want) in cases {
-        assert_eq!(withhold(state, withhold_edited), want, "{state:?}, withhold_edited {withhold_edited}");
+        assert_eq!(withhold(state, withhold_edited, "chat.postMessage"), want, "{state:?}, withhold_edited {withhold_edited}");
+        assert_eq!(withhold(state, withhold_edited, "chat.appendStream"), want, "an append is judged as a post");
+        // The bot's own stop, update and delete of its message always go.
+        for own in ["chat.update", "chat.delete", "chat.stopStream"] {
+            assert_eq!(withhold(state, withhold_edited, own), None, "{own}");
+        }
     }
     assert_eq!((Gone::Deleted.outcome(), Gone::Edited.outcome()), (Outcome::WithheldDeleted, Outcome::WithheldEdited));
 }
@@ -201,7 +206,7 @@ proptest! {
     /// A write is never withheld without a recorded deletion, or an edit when edits withhold.
     #[test]
     fn never_withheld_without_a_recorded_deletion_or_edit(state in any_state(), edited in any::<bool>()) {
-        if let Some(gone) = withhold(state, edited) {
+        if let Some(gone) = withhold(state, edited, "chat.postMessage") {
             let recorded = match gone {
                 Gone::Deleted => state == Some(SourceState::Deleted),
                 Gone::Edited => edited && state == Some(SourceState::Edited),
@@ -216,7 +221,7 @@ proptest! {
     /// withholds the write: a value this version does not know posts it.
     #[test]
     fn only_a_stored_deletion_or_edit_withholds(stored in "(deleted|edited|)|[a-z]{0,8}", edited in any::<bool>()) {
-        let withheld = withhold(Some(SourceState::from(Change::from_stored(&stored))), edited).is_some();
+        let withheld = withhold(Some(SourceState::from(Change::from_stored(&stored))), edited, "chat.postMessage").is_some();
         prop_assert_eq!(withheld, stored == "deleted" || (edited && stored == "edited"));
     }
 
@@ -278,4 +283,30 @@ proptest! {
         prop_assert_eq!(said == FromEvents::NotPosted, sees && read_at >= from + window);
         prop_assert_eq!(from_events(true, sees, &w, read_at), FromEvents::Found);
     }
+}
+
+#[test]
+fn a_streams_calls_to_its_turn_and_slacks_answers_to_its_stream() {
+    use crate::outbox::WriteKind;
+    assert_eq!(turn_write("chat.startStream", None), Some(WriteKind::Start));
+    assert_eq!(turn_write("chat.appendStream", None), Some(WriteKind::Append));
+    assert_eq!(turn_write("chat.stopStream", None), Some(WriteKind::Close));
+    assert_eq!(turn_write("assistant.threads.setStatus", Some("is thinking…")), Some(WriteKind::Status));
+    assert_eq!(turn_write("assistant.threads.setStatus", Some("")), Some(WriteKind::Continue));
+    for passing in ["assistant.threads.setTitle", "assistant.threads.setSuggestedPrompts", "reactions.add"] {
+        assert_eq!(turn_write(passing, None), None, "{passing}");
+    }
+    let answer = |body: &str| Cached {
+        status: 200,
+        content_type: "application/json".into(),
+        body: bytes::Bytes::from(body.to_string()),
+        retry_after: None,
+        headers: Vec::new(),
+    };
+    assert_eq!(stream_answer(Some(&answer(r#"{"ok":true,"ts":"1.5"}"#))), StreamAnswer::Taken);
+    let expired = answer(r#"{"ok":false,"error":"message_not_in_streaming_state"}"#);
+    assert_eq!(stream_answer(Some(&expired)), StreamAnswer::Expired);
+    assert_eq!(stream_answer(Some(&answer(r#"{"ok":false,"error":"invalid_auth"}"#))), StreamAnswer::Refused);
+    assert_eq!(stream_answer(None), StreamAnswer::Lost);
+    assert_eq!(recovery("chat.startStream"), Recovery::LookFor);
 }

@@ -20,6 +20,8 @@ use super::model::{Cached, Fingerprint, FpUpdate, IdemClaim, IdemEnd, Place, Set
 use super::scripts;
 
 mod channel;
+mod stream;
+pub use stream::{StreamCall, StreamSource, StreamState};
 use crate::store::StoreError;
 
 /// How an answer is written to a record and read back from one.

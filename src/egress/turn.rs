@@ -9,16 +9,30 @@ use tracing::{debug, info};
 
 use super::ctx::Ctx;
 use super::model::error::Error;
-use super::model::{Gone, Reply, Target, Write};
+use super::model::{Attributed, Gone, Reply, Target, Write};
 use super::plan;
 use super::store::EgressStore;
 use crate::clock::now_ms;
-use crate::outbox::TurnWrite;
+use crate::outbox::{TurnWrite, WriteKind};
 
 /// The write's step in its turn; `Some` with the answer when it is withheld.
 pub(super) async fn turn(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &Write) -> Option<Reply> {
-    let source = to.source.as_ref().filter(|s| !s.conversation.is_empty())?;
-    let kind = plan::turn_write(&w.call.method)?;
+    let source = to.source.as_ref()?;
+    let kind = plan::turn_write(&w.call.method, w.call.fields.status.as_deref())?;
+    step(ctx, store, source, kind, w).await
+}
+
+/// The gateway closed the stream of `source`'s answer (its question is gone): its turn ends
+/// as a stop would end it.
+pub(super) async fn closed(ctx: &Ctx, store: &EgressStore, source: &Attributed, w: &Write) {
+    step(ctx, store, source, WriteKind::Close, w).await;
+}
+
+/// A write of `kind` in the turn of `source`'s conversation.
+async fn step(ctx: &Ctx, store: &EgressStore, source: &Attributed, kind: WriteKind, w: &Write) -> Option<Reply> {
+    if source.conversation.is_empty() {
+        return None;
+    }
     let app = ctx.app(&source.app)?;
     let rules = app.turns.when_on()?;
     let write = TurnWrite {

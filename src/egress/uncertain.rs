@@ -119,7 +119,7 @@ async fn send_once_more(ctx: &Ctx, w: &Write) -> Reply {
 async fn look_for(ctx: &Ctx, w: &Write, who: Option<&Identity>, sent_ms: u64, from_ms: u64) -> Looked {
     let f = &w.call.fields;
     let (Some(who), Some(token), Some(channel), Some(text), Some(store)) =
-        (who, w.call.token.as_ref(), f.channel.as_deref(), f.text.as_deref(), ctx.store())
+        (who, w.call.token.as_ref(), f.channel.as_deref(), f.message_text(), ctx.store())
     else {
         return Looked::Unsure(None);
     };

@@ -43,7 +43,7 @@ use super::plan::{self, FpStep, KeyKind, Layer};
 use super::retry::{ClientGone, Tracked};
 use super::store::EgressStore;
 use super::uncertain::Unsettled;
-use super::{attribution, keyed, pacing, rerun, retry, turn, uncertain};
+use super::{attribution, keyed, pacing, rerun, retry, stream, turn, uncertain};
 use crate::clock::now_ms;
 
 /// A write; `true` when its answer reached the client.
@@ -59,6 +59,13 @@ pub(super) async fn write(ctx: &Arc<Ctx>, mut call: Call, session: &mut ServerSe
         }
     }
     let w = Arc::new(w);
+    // A stream's append or stop goes on the stream the gateway keeps (it is its own retry
+    // layer: its text is kept, an answer lost on the way is settled there).
+    if layer != Layer::Plain && plan::continues_a_stream(&w.call.method) {
+        if let Some(reply) = stream::continued(ctx, &w).await {
+            return ctx.answer(&w.call, KeyKind::None, reply, session).await;
+        }
+    }
     match (layer, w.call.idempotency_key.as_deref()) {
         (Layer::Keyed, Some(key)) => keyed(ctx, &w, key, session).await,
         (Layer::Fingerprint, _) => unkeyed(ctx, w, session).await,
@@ -159,6 +166,7 @@ async fn send_to(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &Write) -> 
     };
     if reply.answer.succeeded() {
         attribution::remember(ctx, store, to, w, &reply.answer).await;
+        stream::opened(ctx, store, to, w, &reply.answer).await;
         rerun::record(ctx, store, to, w, rerun, &reply.answer).await;
         saw_post(ctx, &to.who, w, &reply.answer);
     }

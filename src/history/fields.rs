@@ -60,6 +60,9 @@ pub fn line(note: &Note) -> String {
         What::Replayed { as_id } => {
             serde_json::to_string(&serde_json::json!({ "what": "replayed", "at": at, "as": as_id }))
         }
+        What::Stream(e) => serde_json::to_string(&serde_json::json!({
+            "what": "stream", "at": at, "channel": e.channel, "ts": e.ts, "appends": e.appends,
+            "bytes": e.bytes, "ending": e.ending })),
         What::Wrote(w) => serde_json::to_string(&serde_json::json!({
             "what": "wrote", "at": at, "method": w.method, "channel": w.channel, "outcome": w.outcome,
             "key": w.key, "ts": w.ts, "took_ms": w.took_ms })),
@@ -224,7 +227,7 @@ impl Folded {
 /// Whether an egress write with this outcome answered the delivery (it reached the thread, or
 /// already had).
 pub fn answers(outcome: &str) -> bool {
-    matches!(outcome, "forwarded" | "replayed_key" | "replayed_retry" | "replayed_rerun" | "reconciled")
+    matches!(outcome, "forwarded" | "replayed_key" | "replayed_retry" | "replayed_rerun" | "reconciled" | "continued")
 }
 
 /// What one Slack request adds to its minute of the overview: answered 2xx or not, and the

@@ -33,7 +33,7 @@ pub mod retention;
 pub mod turns;
 pub mod writer;
 
-pub use crate::queue::history::{kept, Arrival, Attempt, Budget, History, Note, What, Write, KEPT};
+pub use crate::queue::history::{kept, Arrival, Attempt, Budget, History, Note, StreamEnd, What, Write, KEPT};
 
 /// The hash tag every key of `app`'s history shares.
 pub fn tag(prefix: &str, app: &str) -> String {

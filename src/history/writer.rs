@@ -289,7 +289,7 @@ fn counted(what: &What) -> Vec<&'static str> {
             _ => "other",
         }],
         What::Wrote(w) => vec![write_field(w.outcome)],
-        What::Held | What::Superseded { .. } | What::Replayed { .. } => vec![],
+        What::Held | What::Superseded { .. } | What::Replayed { .. } | What::Stream(_) => vec![],
     }
 }
 
@@ -316,6 +316,7 @@ const WRITE_FIELDS: &[(&str, &str)] = &[
     ("store_unavailable", "w:store_unavailable"),
     ("socket_opened", "w:socket_opened"),
     ("from_record", "w:from_record"),
+    ("continued", "w:continued"),
 ];
 
 #[cfg(test)]

@@ -122,13 +122,20 @@ fn ms(d: Duration) -> u64 {
 /// What a write of a conversation is to its turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteKind {
-    /// A new answer (a post, a stream's start): withheld when a newer message waits.
+    /// A new answer by a post: withheld when a newer message waits; `quiet` ends its turn.
     Post,
-    /// A change to a message already posted (an update, an append, a delete): always goes.
+    /// A new answer by a stream (`chat.startStream`): withheld when a newer message waits;
+    /// holds its turn until the stream stops (up to its idle limit).
+    Start,
+    /// More of a stream (`chat.appendStream`): never withheld for a newer message; holds the
+    /// turn as its start did.
+    Append,
+    /// A change to a message already posted (an update, a delete): always goes.
     Continue,
     /// The end of a reply (`chat.stopStream`): ends the turn.
     Close,
-    /// A status ("is thinking…"): keeps the turn, never withheld.
+    /// A status ("is thinking…"): never withheld; before the first answer it holds the turn
+    /// like a placeholder, for the status's life.
     Status,
 }
 
@@ -136,9 +143,20 @@ impl WriteKind {
     fn as_arg(self) -> &'static str {
         match self {
             WriteKind::Post => "post",
+            WriteKind::Start => "start",
+            WriteKind::Append => "append",
             WriteKind::Continue => "continue",
             WriteKind::Close => "close",
             WriteKind::Status => "status",
+        }
+    }
+
+    /// How long past its call the write holds its turn, under `rules`.
+    pub fn hold(self, rules: &TurnRules) -> Duration {
+        match self {
+            WriteKind::Start | WriteKind::Append => rules.stream_idle,
+            WriteKind::Status => rules.status_hold(),
+            _ => Duration::ZERO,
         }
     }
 }
@@ -215,6 +233,7 @@ impl Turns {
             .arg(ms(rules.quiet))
             .arg(ms(rules.timeout))
             .arg(rules.order.as_str())
+            .arg(ms(w.kind.hold(rules)))
             .invoke_async(&mut self.conn.clone())
             .await?;
         let verdict = reply.first().map(|v| redis::from_redis_value::<String>(v.clone()).unwrap_or_default());

@@ -96,12 +96,25 @@ pub enum What {
     Superseded { by: String },
     /// A write the bot made through the egress, attributed to this delivery.
     Wrote(Write),
+    /// A stream of the bot's answer ended: how, after how many appends and bytes.
+    Stream(StreamEnd),
     /// An operator replayed it: a dead letter back on the outbox (`as_id` empty), or a
     /// delivered one sent again as the new delivery `as_id`.
     Replayed { as_id: String },
     /// A Slack request answered without a delivery to keep (refused, a handshake): only the
     /// overview's counts (the note names no delivery).
     Answered { status: u16, ack_ms: f64, kind: &'static str },
+}
+
+/// How a stream of a delivery's answer ended (`metrics::STREAM_ENDINGS`).
+#[derive(Debug, Clone, Default)]
+pub struct StreamEnd {
+    pub channel: String,
+    /// The stream's message.
+    pub ts: String,
+    pub appends: u64,
+    pub bytes: u64,
+    pub ending: &'static str,
 }
 
 /// What the ingress saw of a delivery when it arrived.

@@ -47,10 +47,13 @@ pub enum Outcome {
     SocketOpened,
     /// A `conversations.replies` Slack refused, answered from the gateway's record.
     FromRecord,
+    /// A stream's call the gateway settled: the stream ended (its answer lost, or Slack's
+    /// expiry) and the answer continued as edits of its message; the bot got `ok`.
+    Continued,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 16] = [
+    pub const ALL: [Outcome; 17] = [
         Outcome::Forwarded,
         Outcome::ReplayedKey,
         Outcome::ReplayedRetry,
@@ -67,6 +70,7 @@ impl Outcome {
         Outcome::StoreUnavailable,
         Outcome::SocketOpened,
         Outcome::FromRecord,
+        Outcome::Continued,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -87,6 +91,7 @@ impl Outcome {
             Outcome::StoreUnavailable => "store_unavailable",
             Outcome::SocketOpened => "socket_opened",
             Outcome::FromRecord => "from_record",
+            Outcome::Continued => "continued",
         }
     }
 }
@@ -160,6 +165,11 @@ pub struct Fields {
     /// The message a `chat.update` or `chat.delete` acts on.
     pub ts: Option<String>,
     pub text: Option<String>,
+    /// The text a stream's call adds: its `markdown_text`, then the text of its `markdown_text`
+    /// chunks, in order.
+    pub appended: Option<String>,
+    /// `assistant.threads.setStatus`'s status (empty: cleared).
+    pub status: Option<String>,
 }
 
 impl Fields {
@@ -167,6 +177,11 @@ impl Fields {
     /// acts on.
     pub fn thread(&self) -> Option<&str> {
         self.thread_ts.as_deref().or(self.ts.as_deref())
+    }
+
+    /// The text of the message a post or a stream's start makes.
+    pub fn message_text(&self) -> Option<&str> {
+        self.text.as_deref().or(self.appended.as_deref())
     }
 }
 

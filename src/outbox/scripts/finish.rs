@@ -136,6 +136,8 @@ if ARGV[12] ~= '' and ARGV[18] ~= '' then
       t.ok = true
       turn_put(tk, t)
       local due = t.lw and (t.lw + tonumber(ARGV[14])) or (now + tonumber(ARGV[15]))
+      -- A hold (an open stream, a status) keeps the turn at least until it ends.
+      due = math.max(due, t.hu or 0)
       redis.call('ZADD', ARGV[10] .. ':turns', math.min(due, t.at + timeout), ARGV[18])
     end
   end

@@ -51,7 +51,10 @@ end
 }
 
 /// A turn as kept (a string: `holder|ts|begun ms|answered|writes|last write ms|waiters|
-/// cancelled`), and a delivery's conversation from its `cv`. A turn key lives for its
+/// cancelled|hold`), and a delivery's conversation from its `cv`. The hold is what keeps the
+/// turn past `quiet`: `s<until ms>` an open stream, `t<until ms>` a status before the first
+/// answer, `p` posted (held by nothing), empty for none (and in a turn an earlier version
+/// wrote, which has no ninth field). A turn key lives for its
 /// timeout and a minute: what ends a turn on time is the housekeeping's index, where a turn is
 /// only while something waits for it (deliveries held, the bot's replies, a cancellation).
 macro_rules! with_turn_codec {
@@ -67,15 +70,21 @@ end
 local function turn_get(tk)
   local v = redis.call('GET', tk)
   if not v then return nil end
-  local d, ts, at, ok, w, lw, q, x =
-    string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  local d, ts, at, ok, w, lw, q, x, h =
+    string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if not d then
+    -- A turn an earlier version wrote holds nothing.
+    d, ts, at, ok, w, lw, q, x = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+    h = ''
+  end
   if not d then return nil end
+  local hk, hu = string.match(h, '^(%a?)(%d*)$')
   return {d = d, ts = ts, at = tonumber(at) or 0, ok = ok == '1', w = tonumber(w) or 0, lw = tonumber(lw),
-    q = q == '1', x = x}
+    q = q == '1', x = x, hk = hk or '', hu = tonumber(hu)}
 end
 local function turn_put(tk, t, ttl)
   local v = table.concat({t.d, t.ts, t.at, t.ok and '1' or '', t.w or 0, t.lw or '', t.q and '1' or '',
-    t.x or ''}, '|')
+    t.x or '', (t.hk or '') .. (t.hu or '')}, '|')
   if ttl then
     redis.call('SET', tk, v, 'PX', ttl)
   else

@@ -142,21 +142,27 @@ end
 
 /// KEYS: none declared beyond the shard's tag (ARGV[1]); every key is built from it.
 /// ARGV: 1 key tag, 2 conversation, 3 the delivery the write is attributed to, 4 its message
-/// ts, 5 what the write is (post | continue | close | status), 6 now ms, 7 withhold when newer
-/// (0/1), 8 quiet ms, 9 timeout ms, 10 order (queue | latest).
+/// ts, 5 what the write is (post | start | append | continue | close | status), 6 now ms,
+/// 7 withhold when newer (0/1), 8 quiet ms, 9 timeout ms, 10 order (queue | latest), 11 how
+/// long the write holds the turn past its last call (a stream's idle limit, a status's life;
+/// 0 for the rest).
 ///
-/// A write of the turn's own delivery renews the turn (ends it, for a closing call); a new post
-/// when a newer message of the conversation waits — or holds the turn already — is withheld
-/// (with `withhold`), which ends the turn it belongs to. Returns {verdict (post | withhold),
-/// how the turn ended or '', duration ms, released id, {superseded ids}}.
+/// A write of the turn's own delivery renews the turn (ends it, for a closing call): a stream's
+/// start and appends hold it until the stream's idle limit, a status before the first answer
+/// until its life ends, and a post lets `quiet` end it. An answer's first write (a post, a
+/// stream's start) when a newer message of the conversation waits — or holds the turn already
+/// — is withheld (with `withhold`), which ends the turn it belongs to; nothing later in an
+/// answer is judged. Returns {verdict (post | withhold), how the turn ended or '', duration
+/// ms, released id, {superseded ids}}.
 pub const TURN_WRITE: &str = with_turn_helpers!(
     r#"
 local tag, conv, id, ts, class = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local now, quiet, timeout, order = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local hold = tonumber(ARGV[11]) or 0
 local tk = tag .. ':tn:' .. conv
 local t = turn_get(tk)
 local mine = t and t.d == id
-if class == 'post' and ARGV[7] == '1' then
+if (class == 'post' or class == 'start') and ARGV[7] == '1' then
   local newer = false
   if not t or t.q then
     newer = #redis.call('ZRANGE', tag .. ':tq:' .. conv, '(' .. ts, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0
@@ -179,9 +185,16 @@ if mine then
     local e = end_turn(tag, conv, t, now, order, timeout)
     return {'post', 'reply', e[1], e[2], e[3]}
   end
+  if class == 'post' then
+    t.hk, t.hu = 'p', nil
+  elseif class == 'start' or class == 'append' then
+    t.hk, t.hu = 's', now + hold
+  elseif class == 'status' and t.hk ~= 'p' and t.hk ~= 's' then
+    t.hk, t.hu = 't', now + hold
+  end
   turn_put(tk, t)
   if t.ok then
-    redis.call('ZADD', tag .. ':turns', math.min(now + quiet, t.at + timeout), conv)
+    redis.call('ZADD', tag .. ':turns', math.min(math.max(now + quiet, t.hu or 0), t.at + timeout), conv)
   end
 end
 return {'post', '', 0, '', {}}
@@ -212,13 +225,19 @@ end
 for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, max)) do
   local t = turn_get(tag .. ':tn:' .. conv)
   local how = 'timeout'
-  if t and t.x == 'cancelled' then
+  if t and t.x ~= 'cancelled' and t.hu and now < t.hu and now < t.at + timeout then
+    -- Held (an open stream, a status): due again when the hold ends.
+    redis.call('ZADD', KEYS[1], math.min(t.hu, t.at + timeout), conv)
+    how = nil
+  elseif t and t.x == 'cancelled' then
     how = 'cancelled'
   elseif t and now < t.at + timeout and t.ok then
     how = (t.w > 0) and 'reply' or 'passed'
   end
-  local e = end_turn(tag, conv, t, now, order, timeout)
-  out[#out + 1] = {how, e[1], e[2], e[3]}
+  if how then
+    local e = end_turn(tag, conv, t, now, order, timeout)
+    out[#out + 1] = {how, e[1], e[2], e[3]}
+  end
 end
 return out
 "#
