@@ -1,7 +1,8 @@
 //! `sim slack`: a fake Slack Web API, to try the egress (and benchmark it) without Slack. It
 //! answers `auth.test` for any token, posts `chat.postMessage` into memory and serves the posts
-//! back from `conversations.history` / `conversations.replies`, says `{"ok": true}` to other
-//! writes, and echoes reads. Nothing is checked: it is a stand-in, not a model of Slack.
+//! back from `conversations.history` / `conversations.replies`, starts streams
+//! (`chat.startStream` answers a new ts, its appends and stop their stream's), says
+//! `{"ok": true}` to other writes, and echoes reads. Nothing is checked: it is a stand-in, not a model of Slack.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +50,13 @@ fn answer(method: &str, f: &serde_json::Map<String, Value>, body: &[u8], fake: &
             posts.push_back(message.clone());
             json!({"ok": true, "channel": text("channel"), "ts": ts, "message": message})
         }
+        // A stream starts a message (not kept for history); its calls answer with its ts.
+        "chat.startStream" => {
+            let n = fake.seq.fetch_add(1, Ordering::Relaxed) + 1;
+            let ts = format!("{}.{:06}", 1_800_000_000 + n / 1_000_000, n % 1_000_000);
+            json!({"ok": true, "channel": text("channel"), "ts": ts})
+        }
+        "chat.appendStream" | "chat.stopStream" => json!({"ok": true, "channel": text("channel"), "ts": text("ts")}),
         "conversations.history" | "conversations.replies" => {
             let thread = (method == "conversations.replies").then(|| text("ts"));
             let posts = fake.posts.lock().unwrap_or_else(|e| e.into_inner());
