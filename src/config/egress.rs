@@ -28,6 +28,11 @@ pub const DEFAULT_WRITE_METHODS: &[&str] = &[
     "chat.appendStream",
     "chat.stopStream",
     "assistant.threads.setStatus",
+    // Writes, but no answer: the egress's turns never hold, end or withhold a turn by them.
+    "assistant.threads.setSuggestedPrompts",
+    "assistant.threads.setTitle",
+    "agents.sessions.setStatus",
+    "agents.sessions.rename",
 ];
 
 #[derive(Debug, Clone, PartialEq)]

@@ -21,7 +21,8 @@ pub(super) fn arrival(v: &Verified, plan: &Plan) -> Box<Arrival> {
         channel: text(d.channel.as_ref()),
         user: text(d.user.as_ref()),
         ts: text(m.map(|m| &m.ts)),
-        thread_ts: text(m.and_then(|m| m.thread_ts.as_ref())),
+        // An assistant thread's events name their thread, as its messages do.
+        thread_ts: text(m.and_then(|m| m.thread_ts.as_ref()).or(d.assistant_thread.as_ref().map(|a| &a.thread_ts))),
         receipt: text(d.receipt.as_ref()),
         event_time: d.event_time,
         asks: d.detail == "app_mention" || m.is_some_and(|m| (m.direct || m.mentions_bot) && m.subtype.is_none()),

@@ -183,6 +183,32 @@ mod tests {
     }
 
     #[test]
+    fn an_assistant_threads_events_share_its_messages_shard_and_take_no_turn() {
+        let event = |id: &str, inner: &str| {
+            delivery(
+                b"application/json",
+                &format!(r#"{{"type":"event_callback","event_id":"{id}","team_id":"T1","event":{inner}}}"#),
+            )
+        };
+        let thread = r#"{"user_id":"U1","context":{"channel_id":"C1"},"channel_id":"D1","thread_ts":"1.5"}"#;
+        let started = event("Ev1", &format!(r#"{{"type":"assistant_thread_started","assistant_thread":{thread}}}"#));
+        let changed =
+            event("Ev2", &format!(r#"{{"type":"assistant_thread_context_changed","assistant_thread":{thread}}}"#));
+        let question = event(
+            "Ev3",
+            r#"{"type":"message","user":"U1","text":"q","channel":"D1","channel_type":"im","ts":"2.5","thread_ts":"1.5"}"#,
+        );
+        for shards in [2, 4, 16] {
+            let want = outbox::shard_of("c:T1:D1:1.5", shards);
+            for d in [&started, &changed, &question] {
+                assert_eq!(plan(d, &app(""), shards, 0, 7).shard, want, "{}", d.detail);
+            }
+        }
+        assert_eq!(plan(&started, &app(""), 1, 0, 1).conversation, None);
+        assert_eq!(plan(&question, &app(""), 1, 0, 1).conversation.map(|c| c.key()).as_deref(), Some("T1:D1:1.5"));
+    }
+
+    #[test]
     fn a_dms_messages_outside_a_thread_are_one_conversation() {
         let dm = |ts: &str, extra: &str| {
             delivery(

@@ -72,6 +72,9 @@ pub struct Delivery {
     pub channel: Option<String>,
     /// For `message` and `app_mention` events: what identifies the human message.
     pub message: Option<Message>,
+    /// For the other events that name an assistant thread (`assistant_thread_started`,
+    /// `assistant_thread_context_changed`): that thread.
+    pub assistant_thread: Option<AssistantThread>,
     /// The user ids that `authorizations` marks as this app's bot.
     pub bot_users: Vec<String>,
     /// Where a slash command or interaction may still be answered later.
@@ -107,6 +110,18 @@ pub struct Message {
     pub mentions_bot: bool,
     /// `message_changed` only: the text before the edit mentioned one of `bot_users`.
     pub previously_mentioned_bot: bool,
+}
+
+/// The thread of Slack's assistant container (`assistant_view`) an event is about: a thread of
+/// the user's DM with the app, as its `assistant_thread` names it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AssistantThread {
+    /// `assistant_thread.channel_id`: the DM.
+    pub channel: String,
+    /// `assistant_thread.thread_ts`: the thread's root.
+    pub thread_ts: String,
+    /// `assistant_thread.user_id`: the user who opened it.
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -260,7 +275,7 @@ struct Envelope<'a> {
 }
 
 /// The fields of an event that classification reads, by name; [`ev`] names their places.
-const EVENT_KEYS: [&str; 14] = [
+const EVENT_KEYS: [&str; 15] = [
     "type",
     "channel",
     "item",
@@ -275,6 +290,7 @@ const EVENT_KEYS: [&str; 14] = [
     "deleted_ts",
     "message",
     "previous_message",
+    "assistant_thread",
 ];
 
 /// The places of [`EVENT_KEYS`].
@@ -293,10 +309,11 @@ mod ev {
     pub const DELETED_TS: usize = 11;
     pub const MESSAGE: usize = 12;
     pub const PREVIOUS_MESSAGE: usize = 13;
+    pub const ASSISTANT_THREAD: usize = 14;
 }
 
 /// An event's fields, in the order of [`EVENT_KEYS`].
-struct Event<'a>([Option<&'a RawValue>; 14]);
+struct Event<'a>([Option<&'a RawValue>; 15]);
 
 impl<'a> Event<'a> {
     fn text(&self, field: usize) -> Option<Cow<'a, str>> {
@@ -306,6 +323,17 @@ impl<'a> Event<'a> {
     /// An inner message (`message`, `previous_message`): its ts, thread, author, bot and text.
     fn inner(&self, field: usize) -> Option<Inner<'a>> {
         json::pick(self.0[field]?.get(), &["ts", "thread_ts", "user", "bot_id", "text"]).map(Inner)
+    }
+
+    /// `assistant_thread`, when it names both its channel and its thread.
+    fn assistant_thread(&self) -> Option<AssistantThread> {
+        let [channel, thread_ts, user] =
+            json::pick(self.0[ev::ASSISTANT_THREAD]?.get(), &["channel_id", "thread_ts", "user_id"])?;
+        Some(AssistantThread {
+            channel: json::owned(channel)?,
+            thread_ts: json::owned(thread_ts)?,
+            user: json::owned(user),
+        })
     }
 }
 
@@ -327,7 +355,12 @@ fn event_delivery(env: &Envelope<'_>, receipt: Option<String>) -> Delivery {
         let [channel] = json::pick(item.get(), &["channel"])?;
         json::owned(channel)
     };
-    let channel = field(ev::CHANNEL).or_else(item_channel);
+    let is_message = matches!(detail.as_str(), "message" | "app_mention");
+    // A message names its own channel and thread; other events of an assistant thread name
+    // them in `assistant_thread` (where Bolt's `extractEventChannelId` looks last, too).
+    let assistant_thread = event.as_ref().filter(|_| !is_message).and_then(Event::assistant_thread);
+    let channel =
+        field(ev::CHANNEL).or_else(item_channel).or_else(|| assistant_thread.as_ref().map(|a| a.channel.clone()));
     let bot_users: Vec<String> = json::elements(env.authorizations)
         .into_iter()
         .filter_map(|a| json::pick(a.get(), &["is_bot", "user_id"]))
@@ -335,11 +368,13 @@ fn event_delivery(env: &Envelope<'_>, receipt: Option<String>) -> Delivery {
         .filter_map(|[_, user_id]| json::owned(user_id))
         .collect();
     let team = json::owned(env.team_id);
-    let message = match (&event, detail.as_str()) {
-        (Some(e), "message" | "app_mention") => message_of(team.as_deref(), e, &bot_users),
+    let message = match &event {
+        Some(e) if is_message => message_of(team.as_deref(), e, &bot_users),
         _ => None,
     };
-    let user = field(ev::USER).or_else(|| message.as_ref().and_then(|m| m.user.clone()));
+    let user = field(ev::USER)
+        .or_else(|| message.as_ref().and_then(|m| m.user.clone()))
+        .or_else(|| assistant_thread.as_ref().and_then(|a| a.user.clone()));
     let event_time = json::unsigned(env.event_time);
     Delivery {
         kind: Kind::Event,
@@ -347,6 +382,7 @@ fn event_delivery(env: &Envelope<'_>, receipt: Option<String>) -> Delivery {
         detail,
         channel,
         message,
+        assistant_thread,
         bot_users,
         response_url: None,
         team,

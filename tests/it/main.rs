@@ -3,6 +3,7 @@
 
 mod utils;
 
+mod agent_threads;
 mod bad_input;
 mod bolt;
 mod browser_selftest;

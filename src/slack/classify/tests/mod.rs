@@ -407,6 +407,7 @@ fn each_event_place_names_its_key() {
         (ev::DELETED_TS, "deleted_ts"),
         (ev::MESSAGE, "message"),
         (ev::PREVIOUS_MESSAGE, "previous_message"),
+        (ev::ASSISTANT_THREAD, "assistant_thread"),
     ];
     assert_eq!(places.len(), EVENT_KEYS.len());
     for (i, key) in places {

@@ -32,8 +32,15 @@ fn reference(body: &[u8]) -> Option<Delivery> {
     let event = env.get("event").and_then(Value::as_object);
     let field = |k: &str| event.and_then(|e| text(e, k)).map(String::from);
     let detail = field("type").unwrap_or_default();
-    let channel =
-        field("channel").or_else(|| event.and_then(|e| e.get("item")?.get("channel")?.as_str()).map(String::from));
+    let is_message = matches!(detail.as_str(), "message" | "app_mention");
+    let assistant_thread = event.filter(|_| !is_message).and_then(|e| {
+        let a = e.get("assistant_thread")?.as_object()?;
+        let s = |k: &str| text(a, k).map(String::from);
+        Some(AssistantThread { channel: s("channel_id")?, thread_ts: s("thread_ts")?, user: s("user_id") })
+    });
+    let channel = field("channel")
+        .or_else(|| event.and_then(|e| e.get("item")?.get("channel")?.as_str()).map(String::from))
+        .or_else(|| assistant_thread.as_ref().map(|a| a.channel.clone()));
     let bot_users: Vec<String> = env
         .get("authorizations")
         .and_then(Value::as_array)
@@ -46,13 +53,16 @@ fn reference(body: &[u8]) -> Option<Delivery> {
         (Some(e), "message" | "app_mention") => reference_message(&env, e, &bot_users),
         _ => None,
     };
-    let user = field("user").or_else(|| message.as_ref().and_then(|m| m.user.clone()));
+    let user = field("user")
+        .or_else(|| message.as_ref().and_then(|m| m.user.clone()))
+        .or_else(|| assistant_thread.as_ref().and_then(|a| a.user.clone()));
     Some(Delivery {
         kind: Kind::Event,
         receipt,
         detail,
         channel,
         message,
+        assistant_thread,
         bot_users,
         response_url: None,
         team: text(&env, "team_id").map(String::from),
@@ -172,6 +182,18 @@ fn mutate(fields: Vec<(&'static str, Value)>) -> impl Strategy<Value = String> {
     })
 }
 
+/// An `assistant_thread` (Slack's assistant container), plausible then mutated.
+fn assistant_thread() -> impl Strategy<Value = Value> {
+    let context = json!({"channel_id": "C1", "team_id": "T2", "enterprise_id": null});
+    mutate(vec![
+        ("user_id", json!("U1")),
+        ("context", context),
+        ("channel_id", json!("D1")),
+        ("thread_ts", json!("1.5")),
+    ])
+    .prop_map(|s| serde_json::from_str::<Value>(&s).unwrap())
+}
+
 /// An inner message (edited or previous), plausible then mutated.
 fn inner() -> impl Strategy<Value = Value> {
     let text = prop_oneof![Just("<@UBOT> hi"), Just("hi <@UOTHER>"), Just("q\"u\\o\u{e9}")];
@@ -186,7 +208,13 @@ fn inner() -> impl Strategy<Value = Value> {
 }
 
 fn event() -> impl Strategy<Value = String> {
-    let kind = prop_oneof![3 => Just("message"), 2 => Just("app_mention"), 1 => Just("reaction_added"), 1 => Just("")];
+    let kind = prop_oneof![
+        3 => Just("message"),
+        2 => Just("app_mention"),
+        1 => Just("reaction_added"),
+        1 => Just("assistant_thread_started"),
+        1 => Just("")
+    ];
     let subtype = prop_oneof![
         2 => Just(None),
         3 => Just(Some("message_changed")),
@@ -195,8 +223,8 @@ fn event() -> impl Strategy<Value = String> {
     ];
     let channel = prop_oneof![Just("C1"), Just("D1"), Just("G1")];
     let text = prop_oneof![Just("<@UBOT> hi"), Just("hi"), Just("<@U1>")];
-    (kind, subtype, channel, text, inner(), inner(), any::<bool>()).prop_flat_map(
-        |(kind, subtype, channel, text, edited, previous, direct)| {
+    (kind, subtype, channel, text, inner(), inner(), assistant_thread(), any::<bool>()).prop_flat_map(
+        |(kind, subtype, channel, text, edited, previous, assistant, direct)| {
             let mut fields = vec![
                 ("type", json!(kind)),
                 ("channel", json!(channel)),
@@ -210,6 +238,7 @@ fn event() -> impl Strategy<Value = String> {
                 ("message", edited),
                 ("previous_message", previous),
                 ("bot_id", json!("B2")),
+                ("assistant_thread", assistant),
                 ("blocks", json!([{"type": "rich_text", "elements": []}])),
             ];
             if let Some(subtype) = subtype {
