@@ -34,14 +34,14 @@ pub const TEAM: &str = "T1";
 pub const BOT_USER: &str = "UBOT";
 pub const BOT_ID: &str = "BBOT";
 
-/// How the fake answers one write.
+/// How the fake answers one write (or, by [`FakeSlack::push_for`], one call of a method).
 #[derive(Clone, Debug)]
 pub enum Behaviour {
     /// Answer as Slack would: a place in a script that leaves one call alone.
     Normal,
-    /// Record it, then answer after this long.
+    /// Record it and do it, then answer after this long.
     Late(Duration),
-    /// Record it, then drop the connection without an answer.
+    /// Record it and do it, then drop the connection without an answer.
     Drop,
     /// Drop the connection without recording it (it never reached "Slack").
     DropBefore,
@@ -364,12 +364,12 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
             None => {}
         }
     }
-    let reply = match method.as_str() {
-        "auth.test" => Ok(who_is(&st, &parts.headers)),
-        "conversations.history" | "conversations.replies" => Ok(history(&st, &method, &f)),
+    let answered = match method.as_str() {
+        "auth.test" => answer(200, who_is(&st, &parts.headers), None),
+        "conversations.history" | "conversations.replies" => answer(200, history(&st, &method, &f), None),
         // Reads echo what they were given, so a test can compare bytes.
-        m if !is_write(m) => return Ok(echo(m, &body)),
-        m => write(&st, m, &f),
+        m if !is_write(m) => echo(m, &body),
+        m => answer(200, write(&st, m, &f).unwrap_or_else(|error| json!({"ok": false, "error": error})), None),
     };
     // The call has had its effect; only its answer is late or lost.
     match behaviour {
@@ -377,8 +377,7 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
         Some(Behaviour::Drop) => return Err(std::io::Error::other("dropped after recording")),
         _ => {}
     }
-    let reply = reply.unwrap_or_else(|error| json!({"ok": false, "error": error}));
-    Ok(answer(200, reply, None))
+    Ok(answered)
 }
 
 /// `auth.test`: who the call's token is.
