@@ -20,6 +20,7 @@ mod egress_http;
 mod egress_limits;
 mod evidence;
 mod fake_socket_selftest;
+mod fake_stream_selftest;
 mod fence;
 mod hidden;
 mod history;

@@ -307,8 +307,9 @@ async fn a_reply_to_a_question_the_thread_moved_past_is_withheld_and_updates_sti
     assert!(eventually(Duration::from_secs(5), || r.bot.count() == 2).await, "the withheld write ended the turn");
     let fresh = r.write("chat.postMessage", &format!("channel=C1&thread_ts={ROOT}&text=answer+two")).await;
     assert!(fresh.ok(), "nothing newer waits for the second: {}", fresh.body);
+    // The placeholder as its update left it, and the fresh answer.
     let texts: Vec<String> = r.slack.posts().iter().map(|p| p["text"].as_str().unwrap_or("").to_string()).collect();
-    assert_eq!(texts, ["thinking", "answer two"], "the stale answer never reached Slack");
+    assert_eq!(texts, ["done", "answer two"], "the stale answer never reached Slack");
     let withheld = crate::egress_common::outcomes(r.gw.admin_port, "withheld_superseded").await;
     assert_eq!(withheld, 1.0);
     assert!(turns_ended(&r.gw, "superseded", 1.0).await);

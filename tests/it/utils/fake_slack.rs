@@ -1,11 +1,14 @@
 //! A fake Slack Web API on a loopback port: it records every call, answers `auth.test`, keeps
-//! the messages `chat.postMessage` posts and serves them back from `conversations.history` and
-//! `conversations.replies`, and can be told how to answer the next writes: late (after
-//! recording), not at all (the connection dropped after recording), with an error, or 429; how
-//! to answer the next looks into history; and who each token is (`auth.test`). Every answer
-//! carries Slack's headers (`X-Slack-Req-Id`, the OAuth scopes); `test.large` answers a read of
-//! any size. `chat.update`, the streaming calls (`chat.startStream` keeps a message as a post
-//! does) and `assistant.threads.setStatus` answer ok.
+//! the messages the bot writes (posts and streams, see the [`messages`] module for what each
+//! message method does, as Slack does it) and serves them back from `conversations.history`
+//! and `conversations.replies`, and can be told how to answer the next writes: late (after
+//! recording), not at all (the connection dropped after recording), with an error, or 429 —
+//! any write in order ([`FakeSlack::push`]), or the next calls of one method
+//! ([`FakeSlack::push_for`]); how to answer the next looks into history; and who each token is
+//! (`auth.test`). A write answered late or not at all has had its effect (a post kept, a
+//! stream's text appended): the answer is lost, not the call. Every answer carries Slack's
+//! headers (`X-Slack-Req-Id`, the OAuth scopes); `test.large` answers a read of any size.
+//! `assistant.threads.setStatus`, `.setSuggestedPrompts` and `.setTitle` answer ok.
 //!
 //! Slack's rate-limit tiers for the history reads can be taught ([`FakeSlack::tier`]): per
 //! method and per token (one app), so many calls in any 60 s, each page at most so many
@@ -14,7 +17,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -22,16 +25,23 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
+#[path = "fake_slack_messages.rs"]
+pub mod messages;
+
+use messages::{Args, BotMessage, Reply};
+
 pub const TEAM: &str = "T1";
 pub const BOT_USER: &str = "UBOT";
 pub const BOT_ID: &str = "BBOT";
 
-/// How the fake answers one write.
+/// How the fake answers one write (or, by [`FakeSlack::push_for`], one call of a method).
 #[derive(Clone, Debug)]
 pub enum Behaviour {
-    /// Record it, then answer after this long.
+    /// Answer as Slack would: a place in a script that leaves one call alone.
+    Normal,
+    /// Record it and do it, then answer after this long.
     Late(Duration),
-    /// Record it, then drop the connection without an answer.
+    /// Record it and do it, then drop the connection without an answer.
     Drop,
     /// Drop the connection without recording it (it never reached "Slack").
     DropBefore,
@@ -64,15 +74,18 @@ pub struct ApiCall {
     pub query: Option<String>,
     pub headers: hyper::HeaderMap,
     pub body: Bytes,
-    pub at: std::time::Instant,
+    pub at: Instant,
 }
 
 #[derive(Default)]
 struct State {
     calls: Mutex<Vec<ApiCall>>,
-    /// Messages posted: channel, ts, thread_ts, text.
-    posts: Mutex<Vec<Value>>,
+    /// The messages posted, streamed or added, as history shows them.
+    messages: Mutex<messages::Store>,
+    /// How the next writes are answered, any method (in order).
     script: Mutex<VecDeque<Behaviour>>,
+    /// How the next calls of one method are answered (in order), before [`State::script`].
+    scripts_for: Mutex<HashMap<String, VecDeque<Behaviour>>>,
     seq: Mutex<u64>,
     /// How the next looks into history are answered (in order); then from the posts.
     looks: Mutex<VecDeque<Look>>,
@@ -81,7 +94,7 @@ struct State {
     /// Per method: calls a minute, messages a page.
     tiers: Mutex<HashMap<String, (usize, usize)>>,
     /// Per (token, method): when each call within the last minute came.
-    tier_calls: Mutex<HashMap<(String, String), VecDeque<std::time::Instant>>>,
+    tier_calls: Mutex<HashMap<(String, String), VecDeque<Instant>>>,
 }
 
 pub struct FakeSlack {
@@ -115,9 +128,23 @@ impl FakeSlack {
         format!("http://127.0.0.1:{}/api/", self.port)
     }
 
-    /// The next write gets this behaviour (in order).
+    /// The next write gets this behaviour (in order), unless [`FakeSlack::push_for`] scripted
+    /// its method.
     pub fn push(&self, b: Behaviour) {
         self.state.script.lock().unwrap().push_back(b);
+    }
+
+    /// The next call of `method` gets this behaviour (in order; [`Behaviour::Normal`] leaves
+    /// one alone), before anything [`FakeSlack::push`] scripted: e.g. `Normal, Normal, Drop`
+    /// for `chat.appendStream` loses the answer of the third append, and no other write's.
+    pub fn push_for(&self, method: &str, b: Behaviour) {
+        self.state.scripts_for.lock().unwrap().entry(method.into()).or_default().push_back(b);
+    }
+
+    /// A stream takes appends this long after its start (5 min by default, as Slack's); then
+    /// it no longer streams and keeps the text it had.
+    pub fn stream_expiry(&self, lifetime: Duration) {
+        self.state.messages.lock().unwrap().expiry = lifetime;
     }
 
     /// The next look into history gets this answer (in order).
@@ -142,7 +169,7 @@ impl FakeSlack {
     pub fn add_message(&self, channel: &str, message: Value) {
         let mut kept = message;
         kept["channel"] = Value::String(channel.into());
-        self.state.posts.lock().unwrap().push(kept);
+        self.state.messages.lock().unwrap().keep(kept);
     }
 
     pub fn calls(&self) -> Vec<ApiCall> {
@@ -167,10 +194,27 @@ impl FakeSlack {
             .collect()
     }
 
-    /// Messages posted (and kept), each `{channel, ts, thread_ts, text}`; not those of
-    /// [`FakeSlack::add_message`].
+    /// The text each call of `method` carried (`markdown_text`, then its markdown chunks), in
+    /// order: what a stream call asked to append.
+    pub fn stream_texts(&self, method: &str) -> Vec<String> {
+        self.args_of(method).iter().map(messages::stream_text).collect()
+    }
+
+    /// The bot's messages (posted or streamed, and not deleted), each `{channel, ts,
+    /// thread_ts, text, …}` as history shows it; not those of [`FakeSlack::add_message`].
     pub fn posts(&self) -> Vec<Value> {
-        self.state.posts.lock().unwrap().iter().filter(|p| p["user"] == BOT_USER).cloned().collect()
+        self.state.messages.lock().unwrap().posts()
+    }
+
+    /// The bot's messages (posted or streamed, and not deleted), with where each stream stands
+    /// now.
+    pub fn messages(&self) -> Vec<BotMessage> {
+        self.state.messages.lock().unwrap().bot_messages(Instant::now())
+    }
+
+    /// The bot's message at `ts` in `channel`, if the fake keeps it.
+    pub fn message(&self, channel: &str, ts: &str) -> Option<BotMessage> {
+        self.messages().into_iter().find(|m| m.channel == channel && m.ts == ts)
     }
 
     pub fn stop(self) {
@@ -191,7 +235,7 @@ fn over_tier(st: &State, headers: &hyper::HeaderMap, f: &serde_json::Map<String,
     let (per_minute, _) = *st.tiers.lock().unwrap().get(method)?;
     let bearer = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|b| b.strip_prefix("Bearer "));
     let token = bearer.or_else(|| f.get("token").and_then(Value::as_str)).unwrap_or_default().to_string();
-    let now = std::time::Instant::now();
+    let now = Instant::now();
     let minute = Duration::from_secs(60);
     let mut calls = st.tier_calls.lock().unwrap();
     let used = calls.entry((token, method.to_string())).or_default();
@@ -258,6 +302,30 @@ fn large(query: Option<&str>) -> Response<Full<Bytes>> {
         .unwrap()
 }
 
+/// How the next call of `method` is answered: the next of its own script, else (a write) the
+/// next of the script for any write.
+fn next_behaviour(st: &State, method: &str) -> Option<Behaviour> {
+    let own = st.scripts_for.lock().unwrap().get_mut(method).and_then(VecDeque::pop_front);
+    own.or_else(|| is_write(method).then(|| st.script.lock().unwrap().pop_front()).flatten())
+}
+
+/// An answer that never reaches "Slack": the behaviour's, if it is one.
+fn refused(behaviour: Option<&Behaviour>) -> Option<Result<Response<Full<Bytes>>, std::io::Error>> {
+    let refusal = match behaviour? {
+        Behaviour::Status(s) => answer(*s, json!({"ok": false, "error": "fatal_error"}), None),
+        Behaviour::NotOk(e) => answer(200, json!({"ok": false, "error": e}), None),
+        Behaviour::RateLimitedRaw(v) => {
+            let mut r = answer(429, json!({"ok": false, "error": "ratelimited"}), None);
+            r.headers_mut().insert("retry-after", v.parse().unwrap());
+            r
+        }
+        Behaviour::RateLimited(s) => answer(429, json!({"ok": false, "error": "ratelimited"}), Some(*s)),
+        Behaviour::DropBefore => return Some(Err(std::io::Error::other("dropped"))),
+        Behaviour::Normal | Behaviour::Late(_) | Behaviour::Drop => return None,
+    };
+    Some(Ok(refusal))
+}
+
 async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::io::Error> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -268,7 +336,7 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
         query: parts.uri.query().map(String::from),
         headers: parts.headers.clone(),
         body: body.clone(),
-        at: std::time::Instant::now(),
+        at: Instant::now(),
     });
     if method == "test.large" {
         return Ok(large(parts.uri.query()));
@@ -278,21 +346,9 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
     for (k, v) in form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()) {
         f.entry(k.into_owned()).or_insert(Value::String(v.into_owned()));
     }
-    let text = |k: &str| f.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-    let behaviour = if is_write(&method) { st.script.lock().unwrap().pop_front() } else { None };
-    match behaviour {
-        Some(Behaviour::Status(s)) => return Ok(answer(s, json!({"ok": false, "error": "fatal_error"}), None)),
-        Some(Behaviour::NotOk(e)) => return Ok(answer(200, json!({"ok": false, "error": e}), None)),
-        Some(Behaviour::RateLimitedRaw(v)) => {
-            let mut r = answer(429, json!({"ok": false, "error": "ratelimited"}), None);
-            r.headers_mut().insert("retry-after", v.parse().unwrap());
-            return Ok(r);
-        }
-        Some(Behaviour::RateLimited(s)) => {
-            return Ok(answer(429, json!({"ok": false, "error": "ratelimited"}), Some(s)))
-        }
-        Some(Behaviour::DropBefore) => return Err(std::io::Error::other("dropped")),
-        _ => {}
+    let behaviour = next_behaviour(&st, &method);
+    if let Some(refusal) = refused(behaviour.as_ref()) {
+        return refusal;
     }
     if let Some(after) = over_tier(&st, &parts.headers, &f, &method) {
         return Ok(answer(429, json!({"ok": false, "error": "ratelimited"}), Some(after)));
@@ -308,77 +364,66 @@ async fn answer_call(st: Arc<State>, req: Request<Incoming>) -> Result<Response<
             None => {}
         }
     }
-    let reply = match method.as_str() {
-        "auth.test" => {
-            let bearer = parts.headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
-            let token = bearer.strip_prefix("Bearer ").unwrap_or_default();
-            let (user, bot) = st
-                .identities
-                .lock()
-                .unwrap()
-                .get(token)
-                .cloned()
-                .unwrap_or_else(|| (BOT_USER.to_string(), BOT_ID.to_string()));
-            json!({"ok": true, "team_id": TEAM, "user_id": user, "bot_id": bot, "team": "Test"})
-        }
-        "chat.postMessage" => {
-            let ts = next_ts(&st);
-            let message = json!({"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "text": text("text"), "ts": ts,
-                "thread_ts": f.get("thread_ts").cloned().unwrap_or(Value::Null)});
-            let mut kept = message.clone();
-            kept["channel"] = Value::String(text("channel"));
-            st.posts.lock().unwrap().push(kept);
-            json!({"ok": true, "channel": text("channel"), "ts": ts, "message": message})
-        }
-        // A stream starts a message as a post does (kept, with its ts); the other calls on a
-        // message Slack has answer with its channel and ts.
-        "chat.startStream" => {
-            let ts = next_ts(&st);
-            let mut kept = json!({"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "text": text("markdown_text"),
-                "ts": ts, "thread_ts": f.get("thread_ts").cloned().unwrap_or(Value::Null), "stream": true});
-            kept["channel"] = Value::String(text("channel"));
-            st.posts.lock().unwrap().push(kept);
-            json!({"ok": true, "channel": text("channel"), "ts": ts})
-        }
-        "chat.update" | "chat.appendStream" | "chat.stopStream" => {
-            json!({"ok": true, "channel": text("channel"), "ts": text("ts"), "text": text("text")})
-        }
-        "assistant.threads.setStatus" => json!({"ok": true}),
-        "conversations.history" | "conversations.replies" => {
-            let thread = (method == "conversations.replies").then(|| text("ts"));
-            let mut messages: Vec<Value> = st
-                .posts
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|p| p["channel"] == text("channel"))
-                .filter(|p| {
-                    thread.as_ref().is_none_or(|t| p["thread_ts"].as_str() == Some(t) || p["ts"].as_str() == Some(t))
-                })
-                .cloned()
-                .collect();
-            let page = st.tiers.lock().unwrap().get(&method).map_or(usize::MAX, |t| t.1);
-            let has_more = messages.len() > page;
-            messages.truncate(page);
-            json!({"ok": true, "messages": messages, "has_more": has_more})
-        }
+    let answered = match method.as_str() {
+        "auth.test" => answer(200, who_is(&st, &parts.headers), None),
+        "conversations.history" | "conversations.replies" => answer(200, history(&st, &method, &f), None),
         // Reads echo what they were given, so a test can compare bytes.
-        m if !is_write(m) => {
-            return Ok(Response::builder()
-                .status(200)
-                .header("content-type", "application/json; charset=utf-8")
-                .header("x-fake-echo", "1")
-                .body(Full::new(Bytes::from(
-                    json!({"ok": true, "method": m, "echo": String::from_utf8_lossy(&body)}).to_string(),
-                )))
-                .unwrap())
-        }
-        _ => json!({"ok": true}),
+        m if !is_write(m) => echo(m, &body),
+        m => answer(200, write(&st, m, &f).unwrap_or_else(|error| json!({"ok": false, "error": error})), None),
     };
+    // The call has had its effect; only its answer is late or lost.
     match behaviour {
         Some(Behaviour::Late(d)) => tokio::time::sleep(d).await,
         Some(Behaviour::Drop) => return Err(std::io::Error::other("dropped after recording")),
         _ => {}
     }
-    Ok(answer(200, reply, None))
+    Ok(answered)
+}
+
+/// `auth.test`: who the call's token is.
+fn who_is(st: &State, headers: &hyper::HeaderMap) -> Value {
+    let bearer = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let token = bearer.strip_prefix("Bearer ").unwrap_or_default();
+    let (user, bot) =
+        st.identities.lock().unwrap().get(token).cloned().unwrap_or_else(|| (BOT_USER.to_string(), BOT_ID.to_string()));
+    json!({"ok": true, "team_id": TEAM, "user_id": user, "bot_id": bot, "team": "Test"})
+}
+
+/// `conversations.history` or `.replies` (`ts`: the thread's), at most a page of the tier.
+fn history(st: &State, method: &str, f: &Args) -> Value {
+    let arg = |k: &str| f.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let thread = (method == "conversations.replies").then(|| arg("ts"));
+    let mut messages = st.messages.lock().unwrap().history(&arg("channel"), thread.as_deref());
+    let page = st.tiers.lock().unwrap().get(method).map_or(usize::MAX, |t| t.1);
+    let has_more = messages.len() > page;
+    messages.truncate(page);
+    json!({"ok": true, "messages": messages, "has_more": has_more})
+}
+
+/// A read the fake does not know: its method and body, echoed.
+fn echo(method: &str, body: &[u8]) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json; charset=utf-8")
+        .header("x-fake-echo", "1")
+        .body(Full::new(Bytes::from(
+            json!({"ok": true, "method": method, "echo": String::from_utf8_lossy(body)}).to_string(),
+        )))
+        .unwrap()
+}
+
+/// A write's effect on the kept messages, and its answer; writes the fake does not model
+/// (reactions, views, the assistant threads' status, prompts and title) answer ok.
+fn write(st: &State, method: &str, f: &Args) -> Reply {
+    let now = Instant::now();
+    let mut messages = st.messages.lock().unwrap();
+    match method {
+        "chat.postMessage" => Ok(messages.post(f, &next_ts(st))),
+        "chat.startStream" => Ok(messages.start_stream(f, &next_ts(st), now)),
+        "chat.appendStream" => messages.append_stream(f, now, false),
+        "chat.stopStream" => messages.append_stream(f, now, true),
+        "chat.update" => messages.update(f, now),
+        "chat.delete" => messages.delete(f),
+        _ => Ok(json!({"ok": true})),
+    }
 }

@@ -24,7 +24,7 @@ mod wait;
 pub use bolt_process::{Bolt, BoltProcess};
 pub use browser::{processes_of, Browser, PHONE};
 pub use child::KillOnDrop;
-pub use fake_slack::{Behaviour, FakeSlack, Look};
+pub use fake_slack::{messages::BotMessage, Behaviour, FakeSlack, Look};
 pub use fake_socket::FakeSocket;
 pub use gateway::{started_on, Gateway, GatewayConfig};
 pub use raw::{closed_within, connect, request_from};
