@@ -108,12 +108,13 @@ pub(super) async fn continued(ctx: &Arc<Ctx>, w: &Write) -> Option<Reply> {
         return None;
     }
     let to = Target { who, channel, source: source.map(Attributed::from) };
-    // A stream's append or stop is never withheld for a newer message: this renews its turn,
-    // or ends it.
-    if !matches!(state, StreamState::Gone(_)) {
+    // A stream's append or stop is never withheld for a newer message: an append renews its
+    // turn before it goes; a stop ends it once it went (the next question's answer comes after).
+    let judged = !matches!(state, StreamState::Gone(_));
+    if judged && !stop {
         turn::turn(ctx, store, &to, w).await;
     }
-    Some(match state {
+    let reply = match state {
         StreamState::Unknown | StreamState::Stopped => forward(ctx, w).await,
         StreamState::Closed if stop => on.ok(Outcome::Forwarded),
         StreamState::Closed => Error::Withheld(gone_of(to.source.as_ref())).into(),
@@ -128,7 +129,11 @@ pub(super) async fn continued(ctx: &Arc<Ctx>, w: &Write) -> Option<Reply> {
             flush_at(ctx.clone(), on.clone(), due);
             on.ok(Outcome::Continued)
         }
-    })
+    };
+    if judged && stop {
+        turn::turn(ctx, store, &to, w).await;
+    }
+    Some(reply)
 }
 
 /// Why a stream's question is gone, by its record (deleted unless it says edited).

@@ -37,6 +37,7 @@ mod sentinel;
 mod sim;
 mod socket_bots;
 mod socket_mode;
+mod streams;
 mod store_outage;
 mod turn_rules;
 mod turns;

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::utils::*;
 
-mod rig;
+pub(crate) mod rig;
 use rig::*;
 
 // ---------------------------------------------------------------------------------------------
