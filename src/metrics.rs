@@ -173,7 +173,8 @@ impl Overload {
 /// How a stream through the egress ends: stopped by the bot; continued as edits by the
 /// gateway (an append's answer lost, or Slack's expiry); closed by the gateway (its question
 /// deleted or edited).
-pub const STREAM_ENDINGS: [&str; 5] = ["stopped", "continued_lost", "continued_expired", "closed_deleted", "closed_edited"];
+pub const STREAM_ENDINGS: [&str; 5] =
+    ["stopped", "continued_lost", "continued_expired", "closed_deleted", "closed_edited"];
 
 /// The egress for the Slack Web API.
 pub struct Egress {

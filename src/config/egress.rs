@@ -174,7 +174,9 @@ impl Validator<'_> {
             close_by_delete: self.switch(&key("close_stream"), e.close_stream.as_deref(), ("replace", "delete"))?,
             close_line: match e.close_line.as_deref().map(str::trim) {
                 None => CLOSE_LINE.to_string(),
-                Some("") => return Err(self.err(&key("close_line"), "must not be empty (or use close_stream = \"delete\")")),
+                Some("") => {
+                    return Err(self.err(&key("close_line"), "must not be empty (or use close_stream = \"delete\")"))
+                }
                 Some(line) => line.to_string(),
             },
         })

@@ -280,7 +280,8 @@ pub(super) fn stream_answer(answer: Option<&Cached>) -> StreamAnswer {
     if a.succeeded() {
         return StreamAnswer::Taken;
     }
-    let error = serde_json::from_slice::<serde_json::Value>(&a.body).ok().and_then(|v| v["error"].as_str().map(String::from));
+    let error =
+        serde_json::from_slice::<serde_json::Value>(&a.body).ok().and_then(|v| v["error"].as_str().map(String::from));
     match error.as_deref() {
         Some(NOT_STREAMING) => StreamAnswer::Expired,
         _ => StreamAnswer::Refused,

@@ -91,7 +91,11 @@ fn only_a_deleted_or_withheld_edited_source_withholds() {
         (Some(Edited), true, Some(Gone::Edited)),
     ];
     for (state, withhold_edited, want) in cases {
-        assert_eq!(withhold(state, withhold_edited, "chat.postMessage"), want, "{state:?}, withhold_edited {withhold_edited}");
+        assert_eq!(
+            withhold(state, withhold_edited, "chat.postMessage"),
+            want,
+            "{state:?}, withhold_edited {withhold_edited}"
+        );
         assert_eq!(withhold(state, withhold_edited, "chat.appendStream"), want, "an append is judged as a post");
         // The bot's own stop, update and delete of its message always go.
         for own in ["chat.update", "chat.delete", "chat.stopStream"] {

@@ -21,8 +21,8 @@ use super::scripts;
 
 mod channel;
 mod stream;
-pub use stream::{StreamCall, StreamSource, StreamState};
 use crate::store::StoreError;
+pub use stream::{StreamCall, StreamSource, StreamState};
 
 /// How an answer is written to a record and read back from one.
 impl Cached {

@@ -92,7 +92,8 @@ pub(super) async fn opened(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &
 pub(super) async fn continued(ctx: &Arc<Ctx>, w: &Write) -> Option<Reply> {
     let store = ctx.store()?;
     let f = &w.call.fields;
-    let (th, token, channel, ts) = (w.token_hash.as_deref()?, w.call.token.as_ref()?, f.channel.as_deref()?, f.ts.as_deref()?);
+    let (th, token, channel, ts) =
+        (w.token_hash.as_deref()?, w.call.token.as_ref()?, f.channel.as_deref()?, f.ts.as_deref()?);
     let who = ctx.slack.identity(th, token).await?;
     let on = On { team: who.team.clone(), channel: channel.to_string(), ts: ts.to_string(), token: token.clone() };
     let stop = w.call.method == plan::STOP_STREAM;

@@ -168,7 +168,13 @@ pub fn describe(e: &Value) -> String {
                 "closed_edited" => "closed by the gateway (its question was edited)".to_string(),
                 other => other.to_string(),
             };
-            format!("the bot's stream {} in {}: {} appends, {} bytes; {ending}", s("ts"), s("channel"), e["appends"], e["bytes"])
+            format!(
+                "the bot's stream {} in {}: {} appends, {} bytes; {ending}",
+                s("ts"),
+                s("channel"),
+                e["appends"],
+                e["bytes"]
+            )
         }
         "wrote" => {
             let ts = if s("ts").is_empty() { String::new() } else { format!(", posted as {}", s("ts")) };

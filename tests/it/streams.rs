@@ -80,7 +80,11 @@ impl Rig {
     /// The bot's streamed messages in `m`'s thread.
     fn streamed_in(&self, m: &Msg) -> Vec<BotMessage> {
         let thread = m.thread_ts.clone().unwrap_or_else(|| m.ts.clone());
-        self.slack.messages().into_iter().filter(|b| b.channel == m.channel && b.thread_ts.as_deref() == Some(&thread)).collect()
+        self.slack
+            .messages()
+            .into_iter()
+            .filter(|b| b.channel == m.channel && b.thread_ts.as_deref() == Some(&thread))
+            .collect()
     }
 
     /// The one message of `m`'s answer holds `text`, and no message is left streaming.
@@ -114,6 +118,11 @@ impl Rig {
         let starts = self.slack.calls_of("chat.startStream");
         assert!(!stops.is_empty() && starts.len() == 2, "{}", self.logs());
         assert!(starts[1].at > stops[0].at, "the second answer began before the first stream stopped\n{}", self.logs());
+        // A status-first bot's second status is its second delivery's first write.
+        let statuses = self.slack.calls_of("assistant.threads.setStatus");
+        if statuses.len() >= 2 {
+            assert!(statuses[1].at > stops[0].at, "the second question reached the bot mid-answer\n{}", self.logs());
+        }
         let seen = self.bot.seen();
         let at = |line: &str| seen.iter().position(|l| l == line);
         let (a_start, b_start) = (at(&format!("start {}", a.ts)), at(&format!("start {}", b.ts)));
@@ -289,14 +298,14 @@ async fn the_next_question_waits_for_the_stream(kind: Bolt, s: Streams, name: &s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_bolt_the_next_question_waits_for_buffered_flushes() {
-    // ~2.1 s between the helper's flushes against a 1 s quiet.
-    let s = Streams { every: 0.3, ..Streams::default() };
+    // ~2.1 s between the helper's flushes against a 1 s quiet, for ~11 s of answer.
+    let s = Streams { every: 0.3, len: 1500, ..Streams::default() };
     the_next_question_waits_for_the_stream(Bolt::Python, s, "flushes").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_bolt_the_next_question_waits_for_buffered_flushes() {
-    let s = Streams { every: 0.3, ..Streams::default() };
+    let s = Streams { every: 0.3, len: 1500, ..Streams::default() };
     the_next_question_waits_for_the_stream(Bolt::Js, s, "flushes").await;
 }
 

@@ -175,7 +175,10 @@ pub enum StreamState {
     /// Its question is gone (deleted | edited): closed by this call.
     Gone(String),
     /// Slack streams it: send the call; `appends` so far, `added` bytes by this one.
-    Open { appends: u64, added: u64 },
+    Open {
+        appends: u64,
+        added: u64,
+    },
     /// Continued as edits: edit the message to this whole text now.
     Edit(String),
     /// Continued as edits, the next one due at this ms (coalesced).
@@ -337,11 +340,8 @@ impl EgressStore {
     /// A stream's record as the pages show it: state, why, appends, bytes (empty when none).
     pub async fn stream_summary(&self, p: &Place<'_>, ts: &str) -> Result<Vec<Option<String>>, StoreError> {
         let (sm, _, _) = self.stream_keys(p, ts);
-        let v: Vec<Option<String>> = redis::cmd("HMGET")
-            .arg(sm)
-            .arg(&["st", "why", "n", "b"])
-            .query_async(&mut self.conn.clone())
-            .await?;
+        let v: Vec<Option<String>> =
+            redis::cmd("HMGET").arg(sm).arg(&["st", "why", "n", "b"]).query_async(&mut self.conn.clone()).await?;
         Ok(v)
     }
 }
