@@ -15,6 +15,8 @@
 //!   leases (`lease`); then `attribution`, `turn`, `rerun`, `pacing` (with Slack's 429s);
 //!   `uncertain` (and `look`) for an answer lost on the way. Each layer is a function over the
 //!   context that does the I/O its `plan` rule asks for, and imports no other layer.
+//! - `stream`: a stream's appends and stop, on the stream the gateway keeps (its text so far):
+//!   an answer lost or expired is settled as edits, a stream whose question is gone is closed.
 //! - `read`: the read path, streamed; `replies`, `budget`: the history reads and their budget;
 //!   `socket_open`: a Socket Mode bot's `apps.connections.open`.
 //! - `call`: reading a call and the fields of a write; `headers`: which headers cross the

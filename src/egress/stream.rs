@@ -117,7 +117,7 @@ pub(super) async fn continued(ctx: &Arc<Ctx>, w: &Write) -> Option<Reply> {
     }
     let reply = match state {
         StreamState::Unknown | StreamState::Stopped => forward(ctx, w).await,
-        StreamState::Closed if stop => on.ok(Outcome::Forwarded),
+        StreamState::Closed if stop => on.ok(Outcome::Continued),
         StreamState::Closed => Error::Withheld(gone_of(to.source.as_ref())).into(),
         StreamState::Gone(_) => close(ctx, store, &on, &to, w).await,
         StreamState::Open { appends, added } => open(ctx, store, &on, &to, w, (appends, added)).await,

@@ -22,6 +22,10 @@
 //!    chat.postMessage is looked for in the channel before it is posted again; other methods as
 //!    `uncertain` says.
 //!
+//! A stream's append or stop (`stream`) skips layers 1–2: it goes on the stream the gateway
+//! keeps, which is its own retry layer (its text kept, an answer lost on the way settled as
+//! edits of the whole text), then its turn. A stream's start is a post on this path.
+//!
 //! What each layer decides is in `plan`; each layer is a function over the context (`Ctx`) and
 //! the write that does the I/O its rule asks for, and none calls another: what a layer hands
 //! on — the rest of the path to send, an answer lost on the way — comes back here, and this

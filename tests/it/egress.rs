@@ -210,14 +210,13 @@ async fn a_reply_to_a_deleted_question_is_withheld() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_update_of_a_reply_follows_its_question_and_edits_withhold_when_asked() {
+async fn a_new_reply_to_an_edited_question_is_withheld_but_an_update_of_the_bots_own_goes() {
     let s = setup("eedit", "on_edited = \"withhold\"").await;
     let port = s.gw.egress_port;
     deliver_mention(&s, "EvEdit1", "1700000500.000100").await;
     let (_, _, posted) =
         api(port, "chat.postMessage", "channel=C1&thread_ts=1700000500.000100&text=thinking", &[]).await;
     let reply_ts = serde_json::from_str::<serde_json::Value>(&posted).unwrap()["ts"].as_str().unwrap().to_string();
-    // The question is edited: the reply's update (by its own ts) is attributed to the question.
     let edit = serde_json::json!({
         "type": "event_callback", "event_id": "EvEdit2", "team_id": "T1",
         "event": {"type": "message", "subtype": "message_changed", "channel": "C1", "ts": "1800000002.000001",
@@ -225,18 +224,23 @@ async fn an_update_of_a_reply_follows_its_question_and_edits_withhold_when_asked
                   "previous_message": {"type": "message", "user": "U1", "text": "<@UBOT> help", "ts": "1700000500.000100"}}
     });
     assert_eq!(send(s.gw.port, Req::signed("/slack/events", edit.to_string().into_bytes(), SECRET)).await.0, 200);
-    // The edit is noted in the background: an update before that is a plain update (sent).
-    let update = format!("channel=C1&ts={reply_ts}&text=the+answer");
+    // The edit is noted in the background: once it is, a new reply to the question is withheld.
     let mut answer = String::new();
-    let mut sent_before = 0;
+    let mut n = 0;
     until(Duration::from_secs(3), async || {
-        sent_before = s.slack.calls_of("chat.update").len();
-        answer = api(port, "chat.update", &update, &[]).await.2;
+        n += 1;
+        let post = format!("channel=C1&thread_ts=1700000500.000100&text=another+{n}");
+        answer = api(port, "chat.postMessage", &post, &[]).await.2;
         answer.contains("source_edited")
     })
     .await;
     assert!(answer.contains("source_edited"), "{answer}");
-    assert_eq!(s.slack.calls_of("chat.update").len(), sent_before, "withheld, not sent");
+    // The bot's update of the reply it already posted goes: it can always fix its own answer.
+    let before = s.slack.calls_of("chat.update").len();
+    let update = format!("channel=C1&ts={reply_ts}&text=the+answer");
+    let (_, _, updated) = api(port, "chat.update", &update, &[]).await;
+    assert!(ok(&updated), "{updated}");
+    assert_eq!(s.slack.calls_of("chat.update").len(), before + 1, "sent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -129,6 +129,31 @@ impl Rig {
         assert!(a_start.is_some() && a_start < b_start, "{seen:?}\n{}", self.logs());
     }
 
+    /// The stream step of `m`'s delivery's timeline (`slackgate show --json`), once it is there.
+    async fn stream_step(&self, m: &Msg) -> serde_json::Value {
+        let mut c = redis::Client::open(self.redis.url()).unwrap().get_connection().unwrap();
+        let keys: Vec<String> =
+            redis::cmd("KEYS").arg(format!("*:e:T1:{}}}:m:{}", m.channel, m.ts)).query(&mut c).unwrap();
+        let id: String = redis::cmd("HGET").arg(&keys[0]).arg("d").query(&mut c).unwrap();
+        let mut step = serde_json::Value::Null;
+        until(WITHIN, async || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_slackgate"))
+                .args(["show", &id, "--json", "--config"])
+                .arg(&self.gws[0].config_path)
+                .env("SG_TEST_SECRET", SECRET)
+                .env_remove("SLACKGATE_REDIS_URL")
+                .output()
+                .unwrap();
+            let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let timeline = shown["timeline"].as_array().cloned().unwrap_or_default();
+            step = timeline.into_iter().find(|e| e["what"] == "stream").unwrap_or_default();
+            !step.is_null()
+        })
+        .await;
+        assert!(!step.is_null(), "no stream in {id}'s timeline\n{}", self.logs());
+        step
+    }
+
     /// The bot printed no error.
     fn no_error(&self) {
         assert!(self.bot.handled_lines("error").is_empty(), "the bot's helper raised\n{}", self.logs());
@@ -167,6 +192,10 @@ async fn a_lost_append_answer_is_continued_as_edits(kind: Bolt) {
     rig.streams_ended("continued_lost", 1.0).await;
     // The rest of the answer went as edits of the whole text, never as a second message.
     assert!(!rig.slack.calls_of("chat.update").is_empty(), "{}", rig.logs());
+    // The delivery's timeline says how its stream ended.
+    let step = rig.stream_step(&q).await;
+    assert_eq!(step["ending"], "continued_lost", "{step}");
+    assert!(step["appends"].as_u64().unwrap() >= 2 && step["bytes"].as_u64().unwrap() > 500, "{step}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,6 +220,7 @@ async fn a_lost_start_answer_is_found_not_started_twice() {
     rig.no_error();
     assert_eq!(rig.slack.calls_of("chat.startStream").len(), 1, "found, not started again\n{}", rig.logs());
     rig.streams_ended("stopped", 1.0).await;
+    assert_eq!(rig.stream_step(&q).await["ending"], "stopped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,6 +291,7 @@ async fn a_deleted_question_closes_its_stream(kind: Bolt) {
     assert_eq!(rig.bot.handled_lines("error"), [format!("HANDLED error {} source_deleted", q.ts)], "{}", rig.logs());
     rig.holds_once(&q, CLOSE_LINE).await;
     rig.streams_ended("closed_deleted", 1.0).await;
+    assert_eq!(rig.stream_step(&q).await["ending"], "closed_deleted");
     // The turn ended with the stream: the next question is answered at once.
     let next = rig.reply(1, 2, "another one");
     rig.send(0, &next).await;
