@@ -53,8 +53,9 @@ end
 /// A turn as kept (a string: `holder|ts|begun ms|answered|writes|last write ms|waiters|
 /// cancelled|hold`), and a delivery's conversation from its `cv`. The hold is what keeps the
 /// turn past `quiet`: `s<until ms>` an open stream, `t<until ms>` a status before the first
-/// answer, `p` posted (held by nothing), empty for none (and in a turn an earlier version
-/// wrote, which has no ninth field). A turn key lives for its
+/// answer, `p` posted (held by nothing); a turn with no hold has no ninth field, as earlier
+/// versions wrote and read it (an earlier version reads a held turn as none: in a rolling
+/// upgrade, a stream's turn is held by the new replicas). A turn key lives for its
 /// timeout and a minute: what ends a turn on time is the housekeeping's index, where a turn is
 /// only while something waits for it (deliveries held, the bot's replies, a cancellation).
 macro_rules! with_turn_codec {
@@ -83,8 +84,10 @@ local function turn_get(tk)
     q = q == '1', x = x, hk = hk or '', hu = tonumber(hu)}
 end
 local function turn_put(tk, t, ttl)
-  local v = table.concat({t.d, t.ts, t.at, t.ok and '1' or '', t.w or 0, t.lw or '', t.q and '1' or '',
-    t.x or '', (t.hk or '') .. (t.hu or '')}, '|')
+  local fields = {t.d, t.ts, t.at, t.ok and '1' or '', t.w or 0, t.lw or '', t.q and '1' or '', t.x or ''}
+  -- The hold only when there is one: a turn without stays as earlier versions read it.
+  if (t.hk or '') ~= '' then fields[9] = t.hk .. (t.hu or '') end
+  local v = table.concat(fields, '|')
   if ttl then
     redis.call('SET', tk, v, 'PX', ttl)
   else
