@@ -22,7 +22,7 @@ use super::scripts;
 mod channel;
 mod stream;
 use crate::store::StoreError;
-pub use stream::{StreamCall, StreamSource, StreamState};
+pub use stream::{StreamCall, StreamState};
 
 /// How an answer is written to a record and read back from one.
 impl Cached {

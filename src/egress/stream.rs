@@ -32,10 +32,9 @@ use super::ctx::{cached, forwarded, Ctx};
 use super::model::error::Error;
 use super::model::{Attributed, Cached, Gone, Outcome, Place, Reply, SourceState, Target, Write};
 use super::plan::{self, StreamAnswer, EDIT_EVERY, MARKDOWN_MAX};
-use super::store::{EgressStore, StreamCall, StreamSource, StreamState};
+use super::store::{EgressStore, StreamCall, StreamState};
 use super::turn;
 use crate::clock::now_ms;
-use crate::outbox::Change;
 use crate::secret::Secret;
 
 /// A stream's call as the gateway keeps it: where it is, and the call's own token (used for
@@ -56,19 +55,6 @@ impl On {
     /// What Slack answers a stream's call that went through: the stream's channel and ts.
     fn ok(&self, outcome: Outcome) -> Reply {
         Reply::own(200, json!({"ok": true, "channel": self.channel, "ts": self.ts}), outcome, None)
-    }
-}
-
-impl From<StreamSource> for Attributed {
-    fn from(s: StreamSource) -> Self {
-        Attributed {
-            ts: s.ts,
-            delivery: s.delivery,
-            run: s.run,
-            state: SourceState::from(Change::from_stored(&s.change)),
-            app: s.app,
-            conversation: s.conversation,
-        }
     }
 }
 

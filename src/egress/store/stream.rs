@@ -15,6 +15,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use super::{EgressStore, Place};
+use crate::outbox::{Change, Source};
 use crate::store::StoreError;
 
 /// How long a stream's records live past its last call: past Slack's own expiry (about five
@@ -153,17 +154,6 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     }
 });
 
-/// The delivered message a stream answers, as its record says it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct StreamSource {
-    pub ts: String,
-    pub delivery: String,
-    pub run: u64,
-    pub change: String,
-    pub app: String,
-    pub conversation: String,
-}
-
 /// What a stream's call found, and did to the record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamState {
@@ -236,7 +226,7 @@ impl EgressStore {
         p: &Place<'_>,
         c: &StreamCall<'_>,
         now_ms: u64,
-    ) -> Result<(StreamState, Option<StreamSource>), StoreError> {
+    ) -> Result<(StreamState, Option<Source>), StoreError> {
         let (sm, sx, tag) = self.stream_keys(p, c.ts);
         let reply: Vec<Value> = SCRIPTS
             .call
@@ -256,11 +246,11 @@ impl EgressStore {
         let what = text_of(reply.first());
         let src: Vec<String> = reply.get(1).and_then(|v| redis::from_redis_value_ref(v).ok()).unwrap_or_default();
         let source = match src.as_slice() {
-            [ts, d, n, st, app, k] => Some(StreamSource {
+            [ts, d, n, st, app, k] => Some(Source {
                 ts: ts.clone(),
                 delivery: d.clone(),
                 run: n.parse().unwrap_or(1),
-                change: st.clone(),
+                change: Change::from_stored(st),
                 app: app.clone(),
                 conversation: k.clone(),
             }),
