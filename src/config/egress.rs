@@ -140,6 +140,7 @@ impl Validator<'_> {
         let rerun_replay = self.switch(&key("rerun"), e.rerun.as_deref(), ("off", "replay"))?;
         let withhold_edited = self.switch(&key("on_edited"), e.on_edited.as_deref(), ("post", "withhold"))?;
         let (pace_per_second, pace_burst) = self.pace(e)?;
+        let (close_by_delete, close_line) = self.close_stream(e)?;
         let positive = |k: &str, v: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
             let d = self.duration(&key(k), v, default)?;
             if d.is_zero() {
@@ -171,15 +172,22 @@ impl Validator<'_> {
                 ("off", "record"),
             )?,
             replies_keep: positive("replies_keep", &e.replies_keep, Duration::from_secs(24 * 3600))?,
-            close_by_delete: self.switch(&key("close_stream"), e.close_stream.as_deref(), ("replace", "delete"))?,
-            close_line: match e.close_line.as_deref().map(str::trim) {
-                None => CLOSE_LINE.to_string(),
-                Some("") => {
-                    return Err(self.err(&key("close_line"), "must not be empty (or use close_stream = \"delete\")"))
-                }
-                Some(line) => line.to_string(),
-            },
+            close_by_delete,
+            close_line,
         })
+    }
+
+    /// How a stream whose question is gone is closed: by deleting it, else the line it says.
+    fn close_stream(&self, e: &super::file::EgressSection) -> Result<(bool, String), ConfigError> {
+        let by_delete = self.switch("egress.close_stream", e.close_stream.as_deref(), ("replace", "delete"))?;
+        let line = match e.close_line.as_deref().map(str::trim) {
+            None => CLOSE_LINE.to_string(),
+            Some("") => {
+                return Err(self.err("egress.close_line", "must not be empty (or use close_stream = \"delete\")"))
+            }
+            Some(line) => line.to_string(),
+        };
+        Ok((by_delete, line))
     }
 
     /// chat.postMessage's pace: a rate and a burst.

@@ -159,23 +159,7 @@ pub fn describe(e: &Value) -> String {
             new => format!("sent to the bot again by an operator, as delivery {new}"),
         },
         "superseded" => format!("superseded by the newer message's delivery {}", s("by")),
-        "stream" => {
-            let ending = match s("ending").as_str() {
-                "stopped" => "stopped by the bot".to_string(),
-                "continued_lost" => "continued by the gateway as edits (an append's answer was lost)".to_string(),
-                "continued_expired" => "continued by the gateway as edits (Slack had ended the stream)".to_string(),
-                "closed_deleted" => "closed by the gateway (its question was deleted)".to_string(),
-                "closed_edited" => "closed by the gateway (its question was edited)".to_string(),
-                other => other.to_string(),
-            };
-            format!(
-                "the bot's stream {} in {}: {} appends, {} bytes; {ending}",
-                s("ts"),
-                s("channel"),
-                e["appends"],
-                e["bytes"]
-            )
-        }
+        "stream" => stream(e),
         "wrote" => {
             let ts = if s("ts").is_empty() { String::new() } else { format!(", posted as {}", s("ts")) };
             format!(
@@ -188,6 +172,26 @@ pub fn describe(e: &Value) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// A stream's end in words: its appends, its bytes, and who ended it how.
+fn stream(e: &Value) -> String {
+    let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+    let ending = match s("ending").as_str() {
+        "stopped" => "stopped by the bot".to_string(),
+        "continued_lost" => "continued by the gateway as edits (an append's answer was lost)".to_string(),
+        "continued_expired" => "continued by the gateway as edits (Slack had ended the stream)".to_string(),
+        "closed_deleted" => "closed by the gateway (its question was deleted)".to_string(),
+        "closed_edited" => "closed by the gateway (its question was edited)".to_string(),
+        other => other.to_string(),
+    };
+    format!(
+        "the bot's stream {} in {}: {} appends, {} bytes; {ending}",
+        s("ts"),
+        s("channel"),
+        e["appends"],
+        e["bytes"]
+    )
 }
 
 /// An attempt in words: who made it, what the bot answered, what follows.

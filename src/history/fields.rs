@@ -60,18 +60,26 @@ pub fn line(note: &Note) -> String {
         What::Replayed { as_id } => {
             serde_json::to_string(&serde_json::json!({ "what": "replayed", "at": at, "as": as_id }))
         }
-        What::Stream(e) => serde_json::to_string(&serde_json::json!({
-            "what": "stream", "at": at, "channel": e.channel, "ts": e.ts, "appends": e.appends,
-            "bytes": e.bytes, "ending": e.ending })),
-        What::Wrote(w) => serde_json::to_string(&serde_json::json!({
-            "what": "wrote", "at": at, "method": w.method, "channel": w.channel, "outcome": w.outcome,
-            "key": w.key, "ts": w.ts, "took_ms": w.took_ms })),
+        What::Stream(_) | What::Wrote(_) => egress_line(&note.what, at),
         What::Answered { status, ack_ms, kind } => serde_json::to_string(&serde_json::json!({
             "what": "answered", "at": at, "status": status, "ack_ms": ack_ms, "kind": kind })),
     }
     .unwrap_or_default();
     out.push('\n');
     out
+}
+
+/// The egress's steps of a delivery: a write of the bot's, its stream's end.
+fn egress_line(what: &What, at: u64) -> Result<String, serde_json::Error> {
+    match what {
+        What::Stream(e) => serde_json::to_string(&serde_json::json!({
+            "what": "stream", "at": at, "channel": e.channel, "ts": e.ts, "appends": e.appends,
+            "bytes": e.bytes, "ending": e.ending })),
+        What::Wrote(w) => serde_json::to_string(&serde_json::json!({
+            "what": "wrote", "at": at, "method": w.method, "channel": w.channel, "outcome": w.outcome,
+            "key": w.key, "ts": w.ts, "took_ms": w.took_ms })),
+        _ => Ok(String::new()),
+    }
 }
 
 #[derive(Serialize)]
