@@ -45,7 +45,27 @@ impl Validator<'_> {
                  retries for up to 24h with Delayed Events)",
             ));
         }
-        let delivery = self.delivery(prefix, a)?;
+        let mut delivery = self.delivery(prefix, a)?;
+        let socket_ok = match (socket_mode.is_some(), egress_on) {
+            (true, true) => Ok(()),
+            _ => {
+                Err("\"socket\" needs socket_mode = { app_token = \"${XAPP_TOKEN}\" } and [egress] listen".to_string())
+            }
+        };
+        let mut upstreams = self.routes(prefix, &a.upstreams, &delivery, socket_ok)?;
+        let longest = super::routes::longest_timeout(&delivery, &upstreams);
+        match a.delivery.lease {
+            None => delivery.lease = delivery.lease.max(longest * 2),
+            Some(_) if delivery.lease <= longest => {
+                return Err(self.err(&key("delivery.lease"), "must be longer than every delivery.timeout of upstreams"));
+            }
+            Some(_) => {}
+        }
+        for r in &mut upstreams {
+            r.delivery.lease = delivery.lease;
+        }
+        let shadow = a.shadow.as_ref().map(|s| self.shadow(prefix, s, egress_on)).transpose()?;
+        let pause_answer = self.pause_answer(prefix, &a.pause_answer)?;
         let rules = self.rules(prefix, a)?;
         let inline_command = self.inline(&key("inline.command"), &a.inline.command, &delivery)?;
         let inline_interactivity = self.inline(&key("inline.interactivity"), &a.inline.interactivity, &delivery)?;
@@ -69,6 +89,9 @@ impl Validator<'_> {
             delivery,
             turns,
             socket_mode,
+            upstreams,
+            shadow,
+            pause_answer,
         })
     }
 

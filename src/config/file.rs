@@ -126,6 +126,10 @@ pub struct AppSection {
     #[serde(default)]
     pub turns: super::turns::TurnsSection,
     pub socket_mode: Option<super::socket::SocketModeSection>,
+    #[serde(default)]
+    pub upstreams: Vec<super::routes::UpstreamSection>,
+    pub shadow: Option<super::routes::ShadowSection>,
+    pub pause_answer: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

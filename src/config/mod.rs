@@ -10,6 +10,7 @@ mod egress;
 mod file;
 mod include;
 mod redis;
+mod routes;
 mod server;
 mod socket;
 mod turns;
@@ -19,6 +20,7 @@ mod values;
 pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
 pub use egress::{EgressConfig, HistoryTier, DEFAULT_WRITE_METHODS};
+pub use routes::{share_point, Chosen, Facts, Match, PauseAnswer, Route, ShadowConfig, DEFAULT_ROUTE};
 pub use server::SLACK_HOOKS_HOST;
 pub use socket::warnings as socket_warnings;
 pub use socket::{SocketModeConfig, SLACK_MAX_CONNECTIONS};
@@ -286,6 +288,12 @@ pub struct AppConfig {
     /// Socket Mode toward Slack (`socket_mode`); also what matches the bot's own
     /// `apps.connections.open` with `upstream = "socket"`.
     pub socket_mode: Option<SocketModeConfig>,
+    /// `upstreams`: the entries that send matching deliveries to other bots, in order.
+    pub upstreams: Vec<Route>,
+    /// `shadow`: a second bot that gets a copy of matching deliveries, its writes kept.
+    pub shadow: Option<ShadowConfig>,
+    /// What a paused app's inline payloads are answered.
+    pub pause_answer: PauseAnswer,
 }
 
 #[derive(Debug, Clone)]

@@ -334,6 +334,7 @@ fn server_and_redis_bounds() {
 
 mod apps;
 mod limits;
+mod routes;
 mod secrets;
 mod socket;
 
