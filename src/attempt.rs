@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
-use crate::config::AppConfig;
+use crate::config::{AppConfig, Chosen};
 use crate::metrics::{status_class, Metrics};
 use crate::outbox::{Finish, StoreError, StoreOp};
 use crate::policy::{self, Outcome, Verdict};
@@ -35,6 +35,8 @@ pub struct Delivery<'a> {
     pub path: &'a str,
     pub content_type: &'a str,
     pub body: Bytes,
+    /// The bot it goes to (the app's own, or an entry of `upstreams`) and its delivery policy.
+    pub route: Chosen<'a>,
 }
 
 /// One attempt, done.
@@ -90,10 +92,10 @@ impl Attempted {
     }
 }
 
-/// Send `d` to `app`'s bot once over `transport`, re-signed now (over HTTP), within
-/// `delivery.timeout`; judge and count it.
+/// Send `d` to its route's bot once over `transport`, re-signed now (over HTTP), within the
+/// route's `delivery.timeout`; judge and count it.
 pub async fn send_once(transport: Transport<'_>, metrics: &Metrics, app: &AppConfig, d: Delivery<'_>) -> Attempted {
-    let timeout = app.delivery.timeout;
+    let timeout = d.route.delivery.timeout;
     let started = Instant::now();
     let result = match transport {
         Transport::Socket(bots) => {
@@ -102,7 +104,7 @@ pub async fn send_once(transport: Transport<'_>, metrics: &Metrics, app: &AppCon
         }
         Transport::Http(client) => {
             let out = Outgoing {
-                upstream: &app.upstream,
+                upstream: d.route.upstream,
                 path: d.path,
                 content_type: d.content_type,
                 body: d.body,
@@ -199,6 +201,8 @@ pub struct Context<'a> {
     /// How many attempts before it ended in a retry.
     pub retries: u64,
     pub received_ms: u64,
+    /// The route the attempt took: its policy decides the next step.
+    pub route: Chosen<'a>,
     /// Where a late answer may go.
     pub reply_to: ReplyTo<'a>,
     pub path: Path<'a>,
@@ -226,7 +230,7 @@ impl Context<'_> {
             // Options are useless later: a failed block_suggestion is not retried. (Only the
             // inline path sends one: a worker expires it unsent.)
             Verdict::Retry { .. } if self.reply_to.is_suggestion() => (Finish::Done, Outcome::Expired),
-            v => policy::step(&self.app.delivery, v, self.retries, self.received_ms, now, rand::random()),
+            v => policy::step(self.route.delivery, v, self.retries, self.received_ms, now, rand::random()),
         }
     }
 
@@ -245,6 +249,7 @@ impl Context<'_> {
         match finished {
             Ok(true) => {
                 m.deliveries.with_label_values(&[app, outcome.as_label()]).inc();
+                m.routes.deliveries.with_label_values(&[app, self.route.label, outcome.as_label()]).inc();
                 true
             }
             Ok(false) => {

@@ -51,6 +51,7 @@ pub struct Metrics {
     pub egress: Egress,
     pub turns: Turns,
     pub socket: SocketMetrics,
+    pub routes: Routes,
     /// Connections the gateway closed itself: header_timeout, idle_timeout, over_limit.
     pub connections_closed: IntCounterVec,
     pub overload: Overload,
@@ -95,7 +96,7 @@ const ENVELOPE_OUTCOMES: [(&str, &str); 4] =
     [("slack", "accepted"), ("slack", "not_acked"), ("bot", "acked"), ("bot", "not_acked")];
 
 mod families;
-pub use families::{Egress, Overload, SocketMetrics, Turns, STREAM_ENDINGS};
+pub use families::{Egress, Overload, Routes, SocketMetrics, Turns, STREAM_ENDINGS};
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -157,6 +158,7 @@ impl Metrics {
             egress: Egress::new(&r, &slow),
             turns: Turns::new(&r, &slow),
             socket: SocketMetrics::new(&r, &fast),
+            routes: Routes::new(&r),
             history_dropped: int_counter(&r, "history_dropped_total", "Delivery history notes dropped (writer behind)"),
             history_errors: int_counter(&r, "history_errors_total", "Delivery history batches Redis did not take"),
             registry: r,
@@ -187,7 +189,7 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 52] {
+    fn collectors(&self) -> [&dyn Collector; 53] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -239,6 +241,7 @@ impl Metrics {
             &self.socket.ack_seconds,
             &self.socket.reconnects,
             &self.socket.link_disabled,
+            &self.routes.deliveries,
             &self.history_dropped,
             &self.history_errors,
         ]
@@ -308,6 +311,16 @@ impl Metrics {
         }
         for ending in STREAM_ENDINGS {
             self.egress.streams.with_label_values(&[ending]);
+        }
+    }
+
+    /// The attempt outcomes of each of an app's routes (`labels`: `default` and its entries'
+    /// labels) at zero.
+    pub fn init_routes(&self, app: &str, routes: &[&str], outcomes: &[&'static str]) {
+        for route in routes {
+            for outcome in outcomes {
+                self.routes.deliveries.with_label_values(&[app, route, outcome]);
+            }
         }
     }
 

@@ -154,32 +154,7 @@ fn check(opt: &ConfigOpt, replicas: u16) -> anyhow::Result<()> {
         if app.any_socket() {
             out!("  the bot connects in over Socket Mode at ws://{}", config.server.socket_listen);
         }
-        for r in &app.upstreams {
-            let d = &r.delivery;
-            let slots = if r.own_slots { format!(", max_in_flight {}", d.max_in_flight) } else { String::new() };
-            out!(
-                "  {}: {} -> {}  (timeout {:?}, retry {:?}..{:?}, give up after {:?}{slots})",
-                r.label,
-                r.matcher.describe(),
-                r.upstream.url,
-                d.timeout,
-                d.retry_initial,
-                d.retry_max,
-                d.give_up_after
-            );
-        }
-        if !app.upstreams.is_empty() {
-            out!("  otherwise -> {} (the app's upstream)", app.upstream.url);
-        }
-        if let Some(s) = &app.shadow {
-            out!(
-                "  shadow: {} -> {}  (share {}, max_backlog {}; its writes are kept at the egress's /shadow/api/, never posted)",
-                s.matcher.describe(),
-                s.upstream.url,
-                s.share,
-                s.max_backlog
-            );
-        }
+        print_routes(app);
         let t = &app.turns;
         if t.is_on() {
             let newer = if t.withhold_on_newer { "withhold" } else { "post" };
@@ -197,4 +172,34 @@ fn check(opt: &ConfigOpt, replicas: u16) -> anyhow::Result<()> {
         out!("warning: {w}");
     }
     Ok(())
+}
+
+/// `check`'s lines for an app's `upstreams` entries and its shadow.
+fn print_routes(app: &crate::config::AppConfig) {
+    for r in &app.upstreams {
+        let d = &r.delivery;
+        let slots = if r.own_slots { format!(", max_in_flight {}", d.max_in_flight) } else { String::new() };
+        out!(
+            "  {}: {} -> {}  (timeout {:?}, retry {:?}..{:?}, give up after {:?}{slots})",
+            r.label,
+            r.matcher.describe(),
+            r.upstream.url,
+            d.timeout,
+            d.retry_initial,
+            d.retry_max,
+            d.give_up_after
+        );
+    }
+    if !app.upstreams.is_empty() {
+        out!("  otherwise -> {} (the app's upstream)", app.upstream.url);
+    }
+    if let Some(s) = &app.shadow {
+        out!(
+            "  shadow: {} -> {}  (share {}, max_backlog {}; its writes are kept at the egress's /shadow/api/, never posted)",
+            s.matcher.describe(),
+            s.upstream.url,
+            s.share,
+            s.max_backlog
+        );
+    }
 }

@@ -177,10 +177,14 @@ pub(crate) fn init_series(shared: &Shared, config: &Config) {
     let labels = fixed_labels();
     // Which directions of Socket Mode an app uses: its sockets to Slack, a bot's to us.
     let socket = |app: &crate::config::AppConfig| {
-        (app.socket_mode.as_ref().is_some_and(|s| s.connections > 0), app.upstream.socket)
+        (app.socket_mode.as_ref().is_some_and(|s| s.connections > 0), app.any_socket())
     };
     for app in &config.apps {
         shared.metrics.init_app(&app.name, &labels);
+        let routes: Vec<&str> = std::iter::once(crate::config::DEFAULT_ROUTE)
+            .chain(app.upstreams.iter().map(|r| r.label.as_str()))
+            .collect();
+        shared.metrics.init_routes(&app.name, &routes, &labels.delivery_outcomes);
         shared.metrics.init_socket(&app.name, socket(app), &labels);
     }
     shared.metrics.forget_sockets(|name, direction| {

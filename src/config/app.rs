@@ -26,17 +26,7 @@ impl Validator<'_> {
             r => r?,
         };
         let (upstream, socket_mode) = self.upstream(prefix, a, egress)?;
-        let path = |k: &str, v: &Option<String>| -> Result<String, ConfigError> {
-            let p = v.clone().unwrap_or_else(|| "/slack/events".into());
-            check_path(&p).map_err(|m| self.err(&key(k), m))?;
-            Ok(p)
-        };
-        let events_path = path("events_path", &a.events_path)?;
-        let commands_path = path("commands_path", &a.commands_path)?;
-        let interactivity_path = path("interactivity_path", &a.interactivity_path)?;
-        for (j, p) in a.passthrough.iter().enumerate() {
-            check_path(p).map_err(|m| self.err(&key(&format!("passthrough[{j}]")), m))?;
-        }
+        let [events_path, commands_path, interactivity_path] = self.paths(prefix, a)?;
         let receipt_ttl = self.duration(&key("dedupe.ttl"), &a.dedupe.ttl, Duration::from_secs(25 * 3600))?;
         if receipt_ttl < MIN_RECEIPT_TTL {
             return Err(self.err(
@@ -46,24 +36,7 @@ impl Validator<'_> {
             ));
         }
         let mut delivery = self.delivery(prefix, a)?;
-        let socket_ok = match (socket_mode.is_some(), egress_on) {
-            (true, true) => Ok(()),
-            _ => {
-                Err("\"socket\" needs socket_mode = { app_token = \"${XAPP_TOKEN}\" } and [egress] listen".to_string())
-            }
-        };
-        let mut upstreams = self.routes(prefix, &a.upstreams, &delivery, socket_ok)?;
-        let longest = super::routes::longest_timeout(&delivery, &upstreams);
-        match a.delivery.lease {
-            None => delivery.lease = delivery.lease.max(longest * 2),
-            Some(_) if delivery.lease <= longest => {
-                return Err(self.err(&key("delivery.lease"), "must be longer than every delivery.timeout of upstreams"));
-            }
-            Some(_) => {}
-        }
-        for r in &mut upstreams {
-            r.delivery.lease = delivery.lease;
-        }
+        let upstreams = self.app_routes(prefix, a, &mut delivery, socket_mode.is_some() && egress_on)?;
         let shadow = a.shadow.as_ref().map(|s| self.shadow(prefix, s, egress_on)).transpose()?;
         let pause_answer = self.pause_answer(prefix, &a.pause_answer)?;
         let rules = self.rules(prefix, a)?;
@@ -93,6 +66,24 @@ impl Validator<'_> {
             shadow,
             pause_answer,
         })
+    }
+
+    /// Where Slack sends its events, commands and interactions (`/slack/events` unless set),
+    /// with the passthrough paths checked.
+    fn paths(&self, prefix: &str, a: &AppSection) -> Result<[String; 3], ConfigError> {
+        let path = |k: &str, v: &Option<String>| -> Result<String, ConfigError> {
+            let p = v.clone().unwrap_or_else(|| "/slack/events".into());
+            check_path(&p).map_err(|m| self.err(&format!("{prefix}{k}"), m))?;
+            Ok(p)
+        };
+        for (j, p) in a.passthrough.iter().enumerate() {
+            check_path(p).map_err(|m| self.err(&format!("{prefix}passthrough[{j}]"), m))?;
+        }
+        Ok([
+            path("events_path", &a.events_path)?,
+            path("commands_path", &a.commands_path)?,
+            path("interactivity_path", &a.interactivity_path)?,
+        ])
     }
 
     /// The bot's URL (or `"socket"`), and Socket Mode toward Slack.

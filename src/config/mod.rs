@@ -323,7 +323,7 @@ pub enum RouteKind {
 impl Config {
     /// Whether an app's bot connects in over Socket Mode (the socket listener is needed).
     pub fn socket_bots(&self) -> bool {
-        self.apps.iter().any(|a| a.upstream.socket)
+        self.apps.iter().any(|a| a.any_socket())
     }
 
     /// The socket listener is a port of its own: never one of the HTTP listeners'.

@@ -226,6 +226,36 @@ impl Validator<'_> {
         Ok(Match { kinds, types: m.types.clone(), teams: m.teams.clone(), channels: m.channels.clone() })
     }
 
+    /// An app's `upstreams`, and its lease made longer than each entry's timeout: by default
+    /// twice the longest; one set must exceed them all. `socket_ok`: the app has Socket Mode
+    /// and the egress on, so an entry may be `"socket"`.
+    pub(super) fn app_routes(
+        &self,
+        prefix: &str,
+        a: &super::file::AppSection,
+        delivery: &mut DeliveryConfig,
+        socket_ok: bool,
+    ) -> Result<Vec<Route>, ConfigError> {
+        let socket_ok = match socket_ok {
+            true => Ok(()),
+            false => Err("\"socket\" needs socket_mode = { app_token = \"${XAPP_TOKEN}\" } and [egress] listen".into()),
+        };
+        let mut routes = self.routes(prefix, &a.upstreams, delivery, socket_ok)?;
+        let longest = longest_timeout(delivery, &routes);
+        match a.delivery.lease {
+            None => delivery.lease = delivery.lease.max(longest * 2),
+            Some(_) if delivery.lease <= longest => {
+                let key = format!("{prefix}delivery.lease");
+                return Err(self.err(&key, "must be longer than every delivery.timeout of upstreams"));
+            }
+            Some(_) => {}
+        }
+        for r in &mut routes {
+            r.delivery.lease = delivery.lease;
+        }
+        Ok(routes)
+    }
+
     /// `upstreams`: each entry's bot (HTTP, or `"socket"` when the app has Socket Mode) and its
     /// delivery policy over the app's `base`.
     pub(super) fn routes(
@@ -263,8 +293,13 @@ impl Validator<'_> {
             if delivery.retry_initial.is_zero() || delivery.retry_initial > delivery.retry_max {
                 return Err(self.err(&k("retry_initial"), "must be above 0 and at most retry_max"));
             }
-            if !(1..=10_000).contains(&delivery.max_in_flight) {
-                return Err(self.err(&k("max_in_flight"), "must be between 1 and 10000"));
+            if !(1..=base.max_in_flight).contains(&delivery.max_in_flight) {
+                let message = format!(
+                    "must be between 1 and the app's delivery.max_in_flight ({}): it caps the entry's attempts \
+                     within the app's",
+                    base.max_in_flight
+                );
+                return Err(self.err(&k("max_in_flight"), message));
             }
             let own_slots = d.max_in_flight.is_some();
             out.push(Route { label, matcher, upstream, delivery, own_slots });

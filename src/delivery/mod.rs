@@ -58,6 +58,9 @@ struct Shard {
     conversations: Option<Conversations>,
     /// The app's turns (`None`: it takes none).
     turns: Option<TurnRules>,
+    /// Per entry of `upstreams`: its own attempt slots, when it sets `max_in_flight` (within
+    /// the app's), shared by the app's shards.
+    route_slots: Arc<[Option<Arc<Semaphore>>]>,
     /// Where its delivered entries are finished together (apps without turns).
     finisher: finisher::Finisher,
 }
@@ -100,6 +103,11 @@ impl DeliveryService {
         for (app, in_use) in config.apps.iter().zip(in_use) {
             let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
             let recording = Arc::new(Semaphore::new(app.delivery.max_in_flight));
+            let route_slots: Arc<[Option<Arc<Semaphore>>]> = app
+                .upstreams
+                .iter()
+                .map(|r| r.own_slots.then(|| Arc::new(Semaphore::new(r.delivery.max_in_flight))))
+                .collect();
             let shards: Vec<ShardKeys> =
                 (0..*in_use).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
             for keys in &shards {
@@ -116,6 +124,7 @@ impl DeliveryService {
                     response_url_hosts: response_url_hosts.clone(),
                     conversations: conversations.clone(),
                     turns: app.turns.when_on(),
+                    route_slots: route_slots.clone(),
                     finisher: finisher::Finisher::spawn(store.clone(), keys.clone(), self.consumer.clone()),
                 });
                 tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), stop.clone()));

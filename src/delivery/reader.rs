@@ -10,6 +10,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::Shard;
 use crate::attempt::{self, InlineOutcome, Path, ReplyTo};
+use crate::config::{AppConfig, Chosen, Facts, Upstream};
 use crate::drain::Work;
 use crate::outbox::{
     self, Conversations, Delivered, Finish, Finished, Kept, Lease, Loaded, StoreError, StoreOp, Stored,
@@ -44,9 +45,7 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
     let mut after: Option<String> = None;
     let _running = s.shared.drain.enter(Work::Reader);
     while !*stop.borrow() && !s.shared.drain.draining() {
-        // A Socket Mode bot's deliveries are taken only by a process its socket is on (the
-        // others' attempts could only fail).
-        if !s.transport().reaches(&s.app.name) {
+        if !s.reaches_a_bot() {
             tokio::select! {
                 _ = tokio::time::sleep(NO_BOT_POLL) => continue,
                 _ = stop.changed() => break,
@@ -278,10 +277,47 @@ async fn spawn_attempts(s: &Arc<Shard>, leases: Vec<(Lease, Loaded)>, mut permit
 }
 
 impl Shard {
-    /// How this shard's attempts reach the app's bot.
+    /// How this shard's attempts reach the app's bot, when all go to the app's own upstream.
     fn transport(&self) -> Transport<'_> {
-        Transport::of(&self.app.upstream, &self.client, &*self.shared.bots)
+        self.transport_to(&self.app.upstream)
     }
+
+    /// How an attempt reaches `upstream` (the app's own, or an entry's).
+    fn transport_to<'a>(&'a self, upstream: &Upstream) -> Transport<'a> {
+        Transport::of(upstream, &self.client, &*self.shared.bots)
+    }
+
+    /// Whether the reader takes deliveries here now: a Socket Mode bot's deliveries are taken
+    /// only by a process its socket is on (the others' attempts could only fail). With an
+    /// entry of `upstreams` going over HTTP, every process reads.
+    fn reaches_a_bot(&self) -> bool {
+        !self.app.all_socket() || self.transport().reaches(&self.app.name)
+    }
+
+    /// A slot of the entry's own `max_in_flight`, when it sets one.
+    async fn route_slot(&self, route: &Chosen<'_>) -> Option<OwnedSemaphorePermit> {
+        let slots = route.entry.and_then(|i| self.route_slots.get(i)).and_then(Option::as_ref)?;
+        Some(slots.clone().acquire_owned().await.expect("semaphore is never closed"))
+    }
+}
+
+/// The bot a stored delivery goes to: the first entry of `upstreams` that matches it (its
+/// team and channel read only when an entry asks for them: from the kept conversation, else
+/// the body), else the app's own.
+pub(super) fn route_of<'a>(app: &'a AppConfig, stored: &Stored) -> Chosen<'a> {
+    if app.upstreams.is_empty() {
+        return app.default_route();
+    }
+    let (team, channel) = match (&stored.conversation, app.routes_read_place()) {
+        (_, false) => (None, None),
+        (Kept::Some(c), true) => (Some(c.team.clone()), Some(c.channel.clone())),
+        (_, true) => match crate::slack::classify(stored.content_type.as_bytes(), &stored.body) {
+            Ok(crate::slack::Request::Delivery(d)) => (d.team, d.channel),
+            _ => (None, None),
+        },
+    };
+    let facts = Facts { kind: stored.kind, detail: &stored.detail, team: team.as_deref(), channel: channel.as_deref() };
+    app.route(&facts)
 }
 
 /// One attempt for one leased entry, start to fenced finish. Its attempt slot (`permit`) is
@@ -296,24 +332,31 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
     if let Some(records) = &s.conversations {
         note_message(records, &stored, &lease.delivery, number, &s.app.name).await;
     }
+    let route = route_of(&s.app, &stored);
+    let slot = tokio::select! {
+        slot = s.route_slot(&route) => slot,
+        _ = keep_lease(s, &lease) => return,
+    };
     let d = attempt::Delivery {
         id: &lease.delivery,
         number,
         path: &stored.path,
         content_type: &stored.content_type,
         body: stored.body.clone(),
+        route,
     };
     let attempted = tokio::select! {
-        a = attempt::send_once(s.transport(), &s.shared.metrics, &s.app, d) => a,
+        a = attempt::send_once(s.transport_to(route.upstream), &s.shared.metrics, &s.app, d) => a,
         _ = keep_lease(s, &lease) => return,
     };
+    drop(slot);
     let recording = tokio::select! {
         r = s.recording.clone().acquire_owned() => r.expect("semaphore is never closed"),
         _ = keep_lease(s, &lease) => return,
     };
     drop(permit);
     let fence = Held { s, lease: &lease, stored: &stored };
-    attempt::conclude(attempted, &fence, context(s, &lease, &stored, number)).await;
+    attempt::conclude(attempted, &fence, context(s, &lease, &stored, number, route)).await;
     drop(recording);
 }
 
@@ -377,7 +420,13 @@ async fn expire(s: &Shard, lease: &Lease, stored: &Stored) {
 }
 
 /// How a worker's attempt is concluded: `number` on `lease`, the delivery `stored`.
-fn context<'a>(s: &'a Shard, lease: &'a Lease, stored: &'a Stored, number: u64) -> attempt::Context<'a> {
+fn context<'a>(
+    s: &'a Shard,
+    lease: &'a Lease,
+    stored: &'a Stored,
+    number: u64,
+    route: Chosen<'a>,
+) -> attempt::Context<'a> {
     attempt::Context {
         shared: &s.shared,
         client: &s.client,
@@ -386,6 +435,7 @@ fn context<'a>(s: &'a Shard, lease: &'a Lease, stored: &'a Stored, number: u64) 
         number,
         retries: stored.retries,
         received_ms: stored.received_ms,
+        route,
         reply_to: ReplyTo {
             kind: stored.kind,
             detail: &stored.detail,

@@ -24,7 +24,7 @@ pub(super) fn socket_bot(ctx: &Ctx, call: &Call) -> Option<Arc<AppConfig>> {
     config
         .apps
         .iter()
-        .find(|a| a.upstream.socket && a.socket_mode.as_ref().is_some_and(|s| &s.app_token == token))
+        .find(|a| a.any_socket() && a.socket_mode.as_ref().is_some_and(|s| &s.app_token == token))
         .cloned()
 }
 

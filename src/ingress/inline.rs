@@ -20,7 +20,7 @@ use tracing::{info_span, Instrument};
 
 use super::answer::{Answer, Outcome as Answered, RequestKind};
 use crate::attempt::{self, Path, ReplyTo};
-use crate::config::AppConfig;
+use crate::config::{AppConfig, Chosen, Facts};
 use crate::drain::Work;
 use crate::outbox::{Finish, ShardKeys, Store, StoreError};
 use crate::shared::Shared;
@@ -37,6 +37,9 @@ pub struct InlineJob {
     pub id: String,
     pub kind: Kind,
     pub detail: String,
+    /// Where it came from, as `upstreams` entries may match it.
+    pub team: Option<String>,
+    pub channel: Option<String>,
     pub response_url: Option<String>,
     /// Where a late reply may go (`[server] response_url_hosts`).
     pub response_url_hosts: Arc<[String]>,
@@ -81,20 +84,34 @@ pub async fn run(job: InlineJob, budget: Duration) -> Answer {
 }
 
 async fn attempt(job: InlineJob, slack: oneshot::Sender<Option<Response>>) {
+    let route = job.route();
     let d = attempt::Delivery {
         id: &job.id,
         number: 1,
         path: &job.path,
         content_type: &job.content_type,
         body: job.body.clone(),
+        route,
     };
-    let transport = Transport::of(&job.app.upstream, &job.client, &*job.shared.bots);
+    let transport = Transport::of(route.upstream, &job.client, &*job.shared.bots);
     let attempted = attempt::send_once(transport, &job.shared.metrics, &job.app, d).await;
-    attempt::conclude(attempted, &job, context(&job, slack)).await;
+    attempt::conclude(attempted, &job, context(&job, route, slack)).await;
+}
+
+impl InlineJob {
+    /// The bot it goes to: the first entry of `upstreams` that matches, else the app's own.
+    fn route(&self) -> Chosen<'_> {
+        let (team, channel) = (self.team.as_deref(), self.channel.as_deref());
+        self.app.route(&Facts { kind: self.kind, detail: &self.detail, team, channel })
+    }
 }
 
 /// How the inline attempt is concluded: the first, with Slack's request waiting on `slack`.
-fn context(job: &InlineJob, slack: oneshot::Sender<Option<Response>>) -> attempt::Context<'_> {
+fn context<'a>(
+    job: &'a InlineJob,
+    route: Chosen<'a>,
+    slack: oneshot::Sender<Option<Response>>,
+) -> attempt::Context<'a> {
     attempt::Context {
         shared: &job.shared,
         client: &job.client,
@@ -103,6 +120,7 @@ fn context(job: &InlineJob, slack: oneshot::Sender<Option<Response>>) -> attempt
         number: 1,
         retries: 0,
         received_ms: job.received_ms,
+        route,
         reply_to: ReplyTo {
             kind: job.kind,
             detail: &job.detail,

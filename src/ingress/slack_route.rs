@@ -427,6 +427,8 @@ impl Ingress {
             id: plan.id,
             kind: v.delivery.kind,
             detail: v.delivery.detail,
+            team: v.delivery.team,
+            channel: v.delivery.channel,
             response_url: v.delivery.response_url,
             response_url_hosts: self.response_url_hosts.clone(),
             path: v.path,

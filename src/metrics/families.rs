@@ -225,3 +225,22 @@ impl SocketMetrics {
         }
     }
 }
+
+/// Where deliveries go: `upstreams` (DESIGN "Upstreams by kind").
+pub struct Routes {
+    /// Attempt outcomes by the entry that chose the bot (`default`: the app's own upstream).
+    pub deliveries: IntCounterVec,
+}
+
+impl Routes {
+    pub(super) fn new(r: &Registry) -> Routes {
+        Routes {
+            deliveries: counter(
+                r,
+                "upstream_deliveries_total",
+                "Delivery attempt outcomes by the upstream entry that chose the bot",
+                &["app", "upstream", "outcome"],
+            ),
+        }
+    }
+}

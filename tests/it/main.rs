@@ -46,3 +46,4 @@ mod ui_auth;
 mod ui_browser;
 mod ui_sessions;
 mod unsigned;
+mod upstreams;
