@@ -201,6 +201,8 @@ pub struct Context<'a> {
     /// How many attempts before it ended in a retry.
     pub retries: u64,
     pub received_ms: u64,
+    /// How long pauses held it: not counted toward `give_up_after`.
+    pub paused_ms: u64,
     /// The route the attempt took: its policy decides the next step.
     pub route: Chosen<'a>,
     /// Where a late answer may go.
@@ -230,7 +232,10 @@ impl Context<'_> {
             // Options are useless later: a failed block_suggestion is not retried. (Only the
             // inline path sends one: a worker expires it unsent.)
             Verdict::Retry { .. } if self.reply_to.is_suggestion() => (Finish::Done, Outcome::Expired),
-            v => policy::step(self.route.delivery, v, self.retries, self.received_ms, now, rand::random()),
+            v => {
+                let since = self.received_ms + self.paused_ms;
+                policy::step(self.route.delivery, v, self.retries, since, now, rand::random())
+            }
         }
     }
 

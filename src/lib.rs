@@ -69,6 +69,7 @@ pub mod metrics;
 pub mod ops;
 pub mod out;
 pub mod outbox;
+pub mod pauses;
 pub mod policy;
 pub mod pressure;
 pub mod queue;

@@ -189,7 +189,7 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 53] {
+    fn collectors(&self) -> [&dyn Collector; 57] {
         [
             &self.requests,
             &self.ack_seconds,
@@ -242,6 +242,10 @@ impl Metrics {
             &self.socket.reconnects,
             &self.socket.link_disabled,
             &self.routes.deliveries,
+            &self.routes.paused,
+            &self.routes.waiting,
+            &self.routes.pauses,
+            &self.routes.oldest_pause_seconds,
             &self.history_dropped,
             &self.history_errors,
         ]
@@ -315,13 +319,17 @@ impl Metrics {
     }
 
     /// The attempt outcomes of each of an app's routes (`labels`: `default` and its entries'
-    /// labels) at zero.
+    /// labels), and its pauses' series, at zero.
     pub fn init_routes(&self, app: &str, routes: &[&str], outcomes: &[&'static str]) {
         for route in routes {
             for outcome in outcomes {
                 self.routes.deliveries.with_label_values(&[app, route, outcome]);
             }
         }
+        self.routes.paused.with_label_values(&[app]);
+        self.routes.waiting.with_label_values(&[app]);
+        self.routes.pauses.with_label_values(&[app]);
+        self.routes.oldest_pause_seconds.with_label_values(&[app]);
     }
 
     /// Socket Mode's series of `app` at zero, for the directions it uses: `slack` (the

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::clock::now_ms;
 use crate::config::{AppConfig, Config};
 use crate::outbox::{self, DeadLetter, OutboxStats, ShardKeys, Store, StoreError};
+use crate::pauses::{Pause, ANY};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpsError {
@@ -21,8 +22,19 @@ pub enum OpsError {
     NotDead(String),
     #[error("`{0}` is not a cursor of the egress's notes (they look like 1700000000000-0)")]
     BadCursor(String),
+    #[error("{0}")]
+    BadScope(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// What a pause or resume names: an app (the only one when `None`), and a team or channel of
+/// it (`None`: any).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Scope<'a> {
+    pub app: Option<&'a str>,
+    pub team: Option<&'a str>,
+    pub channel: Option<&'a str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -135,6 +147,53 @@ impl Ops {
         let (prefix, n) = (&self.config.redis.key_prefix, self.config.redis.shards);
         let in_use = self.store.shards_in_use(prefix, &app.name, n, false).await?;
         Ok((0..in_use).map(|i| ShardKeys::new(prefix, &app.name, i)).collect())
+    }
+
+    /// Every pause in force, of every app.
+    pub async fn pauses(&self) -> Result<Vec<Pause>, OpsError> {
+        Ok(self.store.pauses(&self.config.redis.key_prefix).await?)
+    }
+
+    /// Pause `app` (its `team`, its `channel`; `None` for any) as `by`: the pause, and whether
+    /// it is new (a pause of that scope posted twice acts once: the first stays).
+    pub async fn pause(&self, scope: Scope<'_>, by: &str) -> Result<(Pause, bool), OpsError> {
+        let (app, team, channel) = self.scope(scope)?;
+        let by: String = by.chars().filter(|c| !c.is_control()).take(64).collect();
+        let p = Pause { app, team, channel, by, at_ms: now_ms() };
+        let new = self.store.pause(&self.config.redis.key_prefix, &p).await?;
+        if !new {
+            let now = self.pauses().await?;
+            let first = now.into_iter().find(|q| (&q.app, &q.team, &q.channel) == (&p.app, &p.team, &p.channel));
+            return Ok((first.unwrap_or(p), false));
+        }
+        tracing::info!(target: "slackgate::audit", app = %p.app, team = %p.team, channel = %p.channel, by = %p.by, "pause");
+        Ok((p, true))
+    }
+
+    /// End the pause of that scope: the pause it ended (`None`: there was none). What it held
+    /// is delivered within a few seconds, by whichever gateway's workers look first.
+    pub async fn resume(&self, scope: Scope<'_>, by: &str) -> Result<Option<Pause>, OpsError> {
+        let (app, team, channel) = self.scope(scope)?;
+        let ended = self.store.resume(&self.config.redis.key_prefix, &app, &team, &channel).await?;
+        if let Some(p) = &ended {
+            tracing::info!(target: "slackgate::audit", app = %p.app, team = %p.team, channel = %p.channel, by, paused_by = %p.by, "resume");
+        }
+        Ok(ended)
+    }
+
+    /// A scope checked: an app of the config, and ids that are ids.
+    fn scope(&self, s: Scope<'_>) -> Result<(String, String, String), OpsError> {
+        let app = self.app(s.app)?.name.clone();
+        let part = |name: &str, v: Option<&str>| -> Result<String, OpsError> {
+            match v.map(str::trim) {
+                None | Some("") | Some(ANY) => Ok(ANY.into()),
+                Some(v) if v.len() <= 64 && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') => {
+                    Ok(v.into())
+                }
+                Some(v) => Err(OpsError::BadScope(format!("`{v}` is not a Slack {name} id"))),
+            }
+        };
+        Ok((app, part("team", s.team)?, part("channel", s.channel)?))
     }
 
     /// A delivery id starts with its shard: `<shard>-<hex>`.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::drain::Drain;
 use crate::metrics::Metrics;
+use crate::pauses::Pauses;
 use crate::pressure::Pressure;
 use crate::queue::history::History;
 use crate::queue::seen::Seen;
@@ -33,6 +34,8 @@ pub struct Shared {
     pub history: History,
     /// What the ingress saw of conversations (own posts, threads), queued for its writer.
     pub seen: Seen,
+    /// The pauses as this process last read them (refreshed by the delivery workers).
+    pub pauses: Pauses,
     workers_running: AtomicBool,
 }
 
@@ -50,6 +53,7 @@ impl Shared {
             bots,
             history,
             seen,
+            pauses: Pauses::default(),
             workers_running: AtomicBool::new(false),
         })
     }

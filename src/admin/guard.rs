@@ -42,7 +42,8 @@ pub(super) fn access(path: &str) -> Option<Access> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
         ["dlq", _, "replay" | "purge"] | ["dlq", _, _, "replay" | "purge"] => Some(Access::Write),
-        ["stats"] | ["egress"] | ["superseded"] | ["dlq"] | ["dlq", _, _] => Some(Access::Read),
+        ["pauses", _, "pause" | "resume"] => Some(Access::Write),
+        ["stats"] | ["egress"] | ["superseded"] | ["dlq"] | ["dlq", _, _] | ["pauses"] => Some(Access::Read),
         _ => None,
     }
 }
@@ -165,6 +166,8 @@ mod tests {
         assert_eq!(access("/dlq/bot/0-ab/purge"), Some(Access::Write));
         assert_eq!(access("/dlq/bot/replay"), Some(Access::Write));
         assert_eq!(access("/dlq/bot/0-ab"), Some(Access::Read));
+        assert_eq!(access("/pauses/bot/pause"), Some(Access::Write));
+        assert_eq!(access("/pauses"), Some(Access::Read));
         assert_eq!(access("/nope"), None);
     }
 

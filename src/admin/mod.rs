@@ -85,9 +85,9 @@ impl AdminError {
             AdminError::BadForm(_) => StatusCode::BAD_REQUEST,
             AdminError::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
             AdminError::Ops(OpsError::UnknownApp(_) | OpsError::NotDead(_)) => StatusCode::NOT_FOUND,
-            AdminError::Ops(OpsError::AppRequired | OpsError::BadId(_) | OpsError::BadCursor(_)) => {
-                StatusCode::BAD_REQUEST
-            }
+            AdminError::Ops(
+                OpsError::AppRequired | OpsError::BadId(_) | OpsError::BadCursor(_) | OpsError::BadScope(_),
+            ) => StatusCode::BAD_REQUEST,
             AdminError::Ops(OpsError::Store(_)) | AdminError::Store(_) | AdminError::NotReady(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -219,6 +219,19 @@ impl Admin {
                 json(serde_json::json!({ "purged": id }))
             }
             ["dlq", app, id] => json(ops.show(Some(app), id).await?),
+            ["pauses"] => json(ops.pauses().await?),
+            ["pauses", app, how @ ("pause" | "resume")] => {
+                let (team, channel) = (param("team"), param("channel"));
+                let scope = crate::ops::Scope { app: Some(app), team: team.as_deref(), channel: channel.as_deref() };
+                let by = param("by").unwrap_or_else(|| "admin API".into());
+                match *how {
+                    "pause" => {
+                        let (pause, new) = ops.pause(scope, &by).await?;
+                        json(serde_json::json!({ "pause": pause, "new": new }))
+                    }
+                    _ => json(serde_json::json!({ "resumed": ops.resume(scope, &by).await? })),
+                }
+            }
             _ => return Err(AdminError::NotFound),
         })
     }

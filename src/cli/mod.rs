@@ -68,6 +68,13 @@ enum Command {
         #[command(subcommand)]
         command: ui::UiCommand,
     },
+    /// Stop delivering an app's deliveries (or a team's, or a channel's) until `resume`: Slack
+    /// is still acked and every delivery recorded; they wait, and arrive on resume.
+    Pause(ops::PauseOpts),
+    /// End a pause: what it held is delivered within seconds, in the order Slack sent it.
+    Resume(ops::PauseOpts),
+    /// The pauses in force: what, who, since when.
+    Pauses(ops::Target),
 }
 
 #[derive(Args)]
@@ -125,6 +132,9 @@ pub fn main() -> anyhow::Result<()> {
         Command::Deliveries(o) => history::deliveries(&o),
         Command::Show(o) => history::show(&o),
         Command::Ui { command } => ui::ui(command),
+        Command::Pause(o) => ops::pause(&o, true),
+        Command::Resume(o) => ops::pause(&o, false),
+        Command::Pauses(target) => ops::pauses(&target),
     }
 }
 

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::ConfigOpt;
+use crate::clock::now_ms;
 use crate::config::{Config, Overrides, RedisTarget};
 use crate::ops::Ops;
 use crate::out::out;
@@ -30,6 +31,22 @@ pub struct Target {
     /// The data dir of a running `slackgate run` with the embedded Redis.
     #[arg(long, env = "SLACKGATE_DATA_DIR", default_value = "data", global = true)]
     data_dir: PathBuf,
+}
+
+/// `pause` and `resume`: the app (`--app`, unless the config has one), and a team or channel.
+#[derive(Args)]
+pub struct PauseOpts {
+    #[command(flatten)]
+    target: Target,
+    /// Only this workspace's deliveries.
+    #[arg(long)]
+    team: Option<String>,
+    /// Only this channel's deliveries.
+    #[arg(long)]
+    channel: Option<String>,
+    /// Who pauses (shown with the pause; the user running this by default).
+    #[arg(long, env = "USER", default_value = "cli")]
+    by: String,
 }
 
 #[derive(Subcommand)]
@@ -231,4 +248,63 @@ async fn all(ops: &Ops, app: Option<&str>, purge: bool, json: bool) -> anyhow::R
         out!("skipped {} (no longer dead)", n.skipped);
     }
     Ok(())
+}
+
+pub fn pause(o: &PauseOpts, pause: bool) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let ops = connect(&o.target).await?;
+        let scope =
+            crate::ops::Scope { app: o.target.app.as_deref(), team: o.team.as_deref(), channel: o.channel.as_deref() };
+        if pause {
+            let (p, new) = ops.pause(scope, &o.by).await?;
+            if o.target.json {
+                return print_json(&serde_json::json!({ "pause": p, "new": new }));
+            }
+            match new {
+                true => out!("paused {}: every gateway holds its deliveries within 1 s", p.describe()),
+                false => out!(
+                    "{} was paused already, by {} {} ago",
+                    p.describe(),
+                    p.by,
+                    age(now_ms().saturating_sub(p.at_ms))
+                ),
+            }
+            return Ok(());
+        }
+        let ended = ops.resume(scope, &o.by).await?;
+        if o.target.json {
+            return print_json(&serde_json::json!({ "resumed": ended }));
+        }
+        match ended {
+            Some(p) => out!(
+                "resumed {} (paused by {} {} ago): what it held is delivered within seconds",
+                p.describe(),
+                p.by,
+                age(now_ms().saturating_sub(p.at_ms))
+            ),
+            None => anyhow::bail!("no such pause: `slackgate pauses` lists them"),
+        }
+        Ok(())
+    })
+}
+
+pub fn pauses(t: &Target) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let ops = connect(t).await?;
+        let stats = ops.stats(t.app.as_deref()).await?;
+        let pauses: Vec<_> = ops.pauses().await?.into_iter().filter(|p| t.app.as_deref().is_none_or(|a| a == p.app)).collect();
+        if t.json {
+            return print_json(&serde_json::json!({ "pauses": pauses, "waiting": stats.iter().map(|s| (s.app.clone(), s.stats.paused)).collect::<std::collections::BTreeMap<_, _>>() }));
+        }
+        if pauses.is_empty() {
+            out!("no pauses");
+        }
+        for p in &pauses {
+            out!("{:<40} by {:<16} {} ago", p.describe(), p.by, age(now_ms().saturating_sub(p.at_ms).max(1)));
+        }
+        for s in stats.iter().filter(|s| s.stats.paused > 0) {
+            out!("{}: {} deliveries waiting for a pause to end", s.app, s.stats.paused);
+        }
+        Ok(())
+    })
 }

@@ -32,6 +32,7 @@ const TURNS_BATCH: usize = 200;
 pub(super) async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>) {
     let mut last_trim = tokio::time::Instant::now() - TRIM_EVERY;
     let mut last_consumers = tokio::time::Instant::now();
+    let mut releases = Releases::default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(PROMOTE_EVERY) => {}
@@ -41,6 +42,7 @@ pub(super) async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>
         if s.shared.drain.draining() {
             continue;
         }
+        releases.run(&s).await;
         if s.turns.is_some() || last_trim.elapsed() >= TRIM_EVERY {
             // Turns that are due end; an app without turns releases what an earlier `order`
             // held (checked less often: usually there is nothing).
@@ -61,6 +63,83 @@ pub(super) async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>
                 Ok(n) => info!(app = %s.app.name, removed = n, "removed idle consumers of gone gateway processes"),
                 Err(e) => debug!(app = %s.app.name, error = %e, "cannot list consumers"),
             }
+        }
+    }
+}
+
+/// When a shard releases what pauses held: as soon as this process sees the pauses change,
+/// and every [`RELEASE_EVERY`] besides (a pause ended while a delivery was being put to wait
+/// for it, a process that saw the change and died).
+#[derive(Default)]
+struct Releases {
+    generation: u64,
+    last: Option<tokio::time::Instant>,
+}
+
+/// See [`Releases`].
+const RELEASE_EVERY: Duration = Duration::from_secs(5);
+
+impl Releases {
+    async fn run(&mut self, s: &Shard) {
+        let generation = s.shared.pauses.snapshot().generation;
+        if generation == self.generation && self.last.is_some_and(|t| t.elapsed() < RELEASE_EVERY) {
+            return;
+        }
+        self.last = Some(tokio::time::Instant::now());
+        // What Redis holds now, not this process's copy: a pause set a moment ago by another
+        // process still holds its deliveries.
+        let remain = match s.store.pauses(&s.prefix).await {
+            Ok(all) => all.into_iter().filter(|p| p.app == s.app.name).collect::<Vec<_>>(),
+            Err(e) => return debug!(app = %s.app.name, error = %e, "cannot read the pauses"),
+        };
+        self.generation = generation;
+        let mut skip = 0;
+        loop {
+            match s.store.release_paused(&s.keys, &remain, now_ms(), skip).await {
+                Ok((released, looked)) => {
+                    for id in &released {
+                        info!(target: "slackgate::audit", app = %s.app.name, delivery = %id, "resumed");
+                        s.shared.history.step(&s.app.name, id, || crate::history::What::Resumed);
+                    }
+                    if looked < outbox::pauses::RELEASE_BATCH {
+                        break;
+                    }
+                    skip += looked - released.len();
+                }
+                Err(e) => break debug!(app = %s.app.name, error = %e, "cannot release paused deliveries"),
+            }
+        }
+    }
+}
+
+/// Read the pauses into this process's copy every [`crate::pauses::REFRESH`], and show them.
+pub(super) async fn refresh_pauses(
+    shared: Arc<Shared>,
+    store: Store,
+    prefix: String,
+    apps: Vec<String>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        match store.pauses(&prefix).await {
+            Ok(all) => {
+                if shared.pauses.set(all) {
+                    debug!("the pauses changed");
+                }
+                let now = shared.pauses.snapshot();
+                let m = &shared.metrics.routes;
+                for app in &apps {
+                    let pauses = now.of(app);
+                    m.pauses.with_label_values(&[app]).set(pauses.len() as i64);
+                    let oldest = pauses.iter().map(|p| p.at_ms).min().map_or(0, |at| now_ms().saturating_sub(at));
+                    m.oldest_pause_seconds.with_label_values(&[app]).set(oldest as f64 / 1000.0);
+                }
+            }
+            Err(e) => debug!(error = %e, "cannot read the pauses"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(crate::pauses::REFRESH) => {}
+            _ = stop.changed() => return,
         }
     }
 }
@@ -148,6 +227,7 @@ impl Gauges {
                     m.outbox_oldest_age_seconds.with_label_values(&[app]).set(st.oldest_age_ms as f64 / 1000.0);
                     m.turns.held.with_label_values(&[app]).set(st.held as i64);
                     m.turns.conversations_waiting.with_label_values(&[app]).set(st.conversations_waiting as i64);
+                    m.routes.waiting.with_label_values(&[app]).set(st.paused as i64);
                 }
                 Err(e) => {
                     shared.metrics.store_errors.with_label_values(&[app, StoreOp::Stats.as_label()]).inc();

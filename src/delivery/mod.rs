@@ -58,6 +58,8 @@ struct Shard {
     conversations: Option<Conversations>,
     /// The app's turns (`None`: it takes none).
     turns: Option<TurnRules>,
+    /// `[redis] key_prefix` (for the pauses' register).
+    prefix: Arc<str>,
     /// Per entry of `upstreams`: its own attempt slots, when it sets `max_in_flight` (within
     /// the app's), shared by the app's shards.
     route_slots: Arc<[Option<Arc<Semaphore>>]>,
@@ -95,6 +97,9 @@ impl DeliveryService {
     ) -> JoinSet<()> {
         let mut tasks = JoinSet::new();
         let response_url_hosts: Arc<[String]> = config.server.response_url_hosts.clone().into();
+        let apps = config.apps.iter().map(|a| a.name.clone()).collect();
+        let prefix = config.redis.key_prefix.clone();
+        tasks.spawn(housekeeping::refresh_pauses(self.shared.clone(), store.clone(), prefix, apps, stop.clone()));
         let conversations = config
             .egress
             .listen
@@ -125,6 +130,7 @@ impl DeliveryService {
                     conversations: conversations.clone(),
                     turns: app.turns.when_on(),
                     route_slots: route_slots.clone(),
+                    prefix: config.redis.key_prefix.as_str().into(),
                     finisher: finisher::Finisher::spawn(store.clone(), keys.clone(), self.consumer.clone()),
                 });
                 tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), stop.clone()));

@@ -54,6 +54,10 @@ pub fn line(note: &Note) -> String {
             by: &a.by,
         }),
         What::Held => serde_json::to_string(&serde_json::json!({ "what": "held", "at": at })),
+        What::Paused { pause } => {
+            serde_json::to_string(&serde_json::json!({ "what": "paused", "at": at, "pause": pause }))
+        }
+        What::Resumed => serde_json::to_string(&serde_json::json!({ "what": "resumed", "at": at })),
         What::Superseded { by } => {
             serde_json::to_string(&serde_json::json!({ "what": "superseded", "at": at, "by": by }))
         }
@@ -178,6 +182,8 @@ impl Folded {
                 self.set("status", if outcome == "retried" { "retrying".to_string() } else { outcome });
             }
             "held" => self.set("status", "held"),
+            "paused" => self.set("status", "paused"),
+            "resumed" => self.set("status", "waiting"),
             "superseded" => self.set("status", "superseded"),
             "replayed" if text("as").is_empty() => self.set("status", "waiting"),
             "wrote" if answers(&text("outcome")) => {

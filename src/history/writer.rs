@@ -289,7 +289,12 @@ fn counted(what: &What) -> Vec<&'static str> {
             _ => "other",
         }],
         What::Wrote(w) => vec![write_field(w.outcome)],
-        What::Held | What::Superseded { .. } | What::Replayed { .. } | What::Stream(_) => vec![],
+        What::Held
+        | What::Superseded { .. }
+        | What::Paused { .. }
+        | What::Resumed
+        | What::Replayed { .. }
+        | What::Stream(_) => vec![],
     }
 }
 

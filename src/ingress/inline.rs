@@ -120,6 +120,7 @@ fn context<'a>(
         number: 1,
         retries: 0,
         received_ms: job.received_ms,
+        paused_ms: 0,
         route,
         reply_to: ReplyTo {
             kind: job.kind,

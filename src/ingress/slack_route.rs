@@ -417,6 +417,9 @@ impl Ingress {
         }
         audit.delivery.clone_from(&plan.id);
         let Some(budget) = plan.inline else { return Answer::empty(200, kind, Outcome::Accepted) };
+        if let Some(answer) = self.paused_answer(app, &v, audit) {
+            return answer;
+        }
         let Ok(store) = self.store() else { return Answer::empty(200, kind, Outcome::Accepted) };
         let job = inline::InlineJob {
             app: app.clone(),
@@ -439,6 +442,25 @@ impl Ingress {
         // However long the record took, the answer still leaves inside Slack's 3 s.
         let arrived = deadline.checked_sub(self.config.server.ack_budget).unwrap_or(deadline);
         inline::run(job, budget.min((arrived + SLACK_WAITS).saturating_duration_since(Instant::now()))).await
+    }
+}
+
+impl Ingress {
+    /// An inline payload a pause holds: answered with the app's `pause_answer` now, delivered
+    /// by the workers when the pause ends (it waits in the schedule, as one whose inline
+    /// attempt failed does).
+    fn paused_answer(&self, app: &AppConfig, v: &Verified, audit: &mut Audit) -> Option<Answer> {
+        let pauses = self.shared.pauses.snapshot();
+        let pause = pauses.covering(&app.name, v.delivery.team.as_deref(), v.delivery.channel.as_deref())?;
+        audit.reason = format!("paused ({}): answered with pause_answer, delivered when it ends", pause.describe());
+        let a = &app.pause_answer;
+        Some(Answer {
+            status: 200,
+            content_type: Cow::Borrowed(a.content_type),
+            body: Bytes::from(a.body.clone()),
+            kind: RequestKind::from(v.delivery.kind),
+            outcome: Outcome::Accepted,
+        })
     }
 }
 

@@ -226,10 +226,17 @@ impl SocketMetrics {
     }
 }
 
-/// Where deliveries go: `upstreams` (DESIGN "Upstreams by kind").
+/// Where deliveries go: `upstreams` (DESIGN "Upstreams by kind"), and pauses ("Pause").
 pub struct Routes {
     /// Attempt outcomes by the entry that chose the bot (`default`: the app's own upstream).
     pub deliveries: IntCounterVec,
+    /// Deliveries a pause held (each time one was put to wait).
+    pub paused: IntCounterVec,
+    /// Deliveries waiting for a pause to end, as Redis last reported it.
+    pub waiting: IntGaugeVec,
+    /// Pauses in force, and how long the oldest has been, as this process last read them.
+    pub pauses: IntGaugeVec,
+    pub oldest_pause_seconds: prometheus::GaugeVec,
 }
 
 impl Routes {
@@ -241,6 +248,16 @@ impl Routes {
                 "Delivery attempt outcomes by the upstream entry that chose the bot",
                 &["app", "upstream", "outcome"],
             ),
+            paused: counter(r, "paused_total", "Deliveries held by a pause", &["app"]),
+            waiting: gauge(r, "outbox_paused", "Deliveries waiting for a pause to end"),
+            pauses: gauge(r, "pauses", "Pauses in force (an app, a team or a channel)"),
+            oldest_pause_seconds: prometheus::register_gauge_vec_with_registry!(
+                "pause_oldest_age_seconds",
+                "How long the oldest pause in force has been on; 0 when none is",
+                &["app"],
+                r
+            )
+            .expect("unique metric"),
         }
     }
 }

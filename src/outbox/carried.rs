@@ -65,6 +65,7 @@ pub fn unpack(packed: Vec<u8>) -> Option<Stored> {
         dead: false,
         conversation: std::str::from_utf8(&cv).ok().and_then(Conversation::decode).map_or(Kept::None, Kept::Some),
         claim: String::new(),
+        paused_ms: 0,
     })
 }
 

@@ -25,6 +25,8 @@ pub struct OutboxStats {
     pub conversations_waiting: u64,
     /// Deliveries `order = "latest"` passed over, ever (until Redis forgets).
     pub superseded: u64,
+    /// Deliveries held by a pause (counted in `oldest_age_ms` too).
+    pub paused: u64,
 }
 
 /// Dead letters dropped by one trim: parked longer than `dead_ttl`, or beyond `dead_max`.
@@ -75,6 +77,7 @@ pub async fn app_stats(store: &Store, shards: &[ShardKeys], now_ms: u64) -> Resu
         total.held += s.held;
         total.conversations_waiting += s.conversations_waiting;
         total.superseded += s.superseded;
+        total.paused += s.paused;
     }
     Ok(total)
 }
@@ -82,8 +85,8 @@ pub async fn app_stats(store: &Store, shards: &[ShardKeys], now_ms: u64) -> Resu
 impl Store {
     /// One shard's counts.
     pub async fn shard_stats(&self, keys: &ShardKeys, now_ms: u64) -> Result<OutboxStats, StoreError> {
-        type Counts = (u64, u64, u64, u64, String, u64, u64, u64);
-        let (ready, in_flight, scheduled, dead, oldest, held, conversations_waiting, superseded): Counts = self
+        type Counts = (u64, u64, u64, u64, String, u64, u64, u64, u64);
+        let (ready, in_flight, scheduled, dead, oldest, held, conversations_waiting, superseded, paused): Counts = self
             .stats
             .key(&keys.stream)
             .key(&keys.sched)
@@ -94,6 +97,7 @@ impl Store {
             .key(keys.legacy())
             .arg(GROUP)
             .arg(&keys.tag)
+            .arg(super::pauses::PAUSED)
             .invoke_async(&mut self.conn.clone())
             .await?;
         let oldest_ms = oldest.parse::<f64>().ok().map(|ms| ms as u64);
@@ -110,6 +114,7 @@ impl Store {
             held,
             conversations_waiting,
             superseded,
+            paused,
         })
     }
 

@@ -18,6 +18,7 @@ mod lazy;
 mod maintain;
 mod model;
 mod notes;
+pub mod pauses;
 mod read;
 mod scripts;
 mod shards;

@@ -134,6 +134,8 @@ pub struct Stored {
     pub conversation: Kept,
     /// The message claim it holds or was kept under ('' when none).
     pub claim: String,
+    /// How long pauses held it (ms): not counted toward `give_up_after`.
+    pub paused_ms: u64,
 }
 
 /// A delivered entry for the batched completion: its lease, and its message claim as loaded
@@ -168,6 +170,12 @@ pub enum Finish<'a> {
         error: &'a str,
         final_: bool,
     },
+    /// Held off the stream, uncounted, until its pause ends (`outbox::pauses`): `place` is its
+    /// `team\tchannel` (each '' when unknown), for the release to tell which pause holds it.
+    Pause {
+        now_ms: u64,
+        place: &'a str,
+    },
 }
 
 impl Finish<'_> {
@@ -178,6 +186,7 @@ impl Finish<'_> {
             Finish::Done => ("done", crate::clock::now_ms(), String::new(), "", false),
             Finish::Retry { due_ms, status, error } => ("retry", due_ms, text(status), error, false),
             Finish::Dead { now_ms, status, error, final_ } => ("dead", now_ms, text(status), error, final_),
+            Finish::Pause { now_ms, place } => ("pause", now_ms, String::new(), place, false),
         }
     }
 }
@@ -215,6 +224,7 @@ pub(super) fn stored(map: &HashMap<String, Vec<u8>>) -> Stored {
             Some(cv) => std::str::from_utf8(cv).ok().and_then(Conversation::decode).map_or(Kept::None, Kept::Some),
         },
         claim: text("mc"),
+        paused_ms: num("pd"),
     }
 }
 

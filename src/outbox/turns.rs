@@ -55,10 +55,12 @@ pub enum TurnEnd {
     Cancelled,
     /// The app's `order` was turned off.
     Off,
+    /// Its delivery was paused (it comes back as a new arrival on resume).
+    Paused,
 }
 
 impl TurnEnd {
-    pub const ALL: [TurnEnd; 8] = [
+    pub const ALL: [TurnEnd; 9] = [
         TurnEnd::Reply,
         TurnEnd::Answer,
         TurnEnd::Refused,
@@ -67,6 +69,7 @@ impl TurnEnd {
         TurnEnd::Superseded,
         TurnEnd::Cancelled,
         TurnEnd::Off,
+        TurnEnd::Paused,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -79,6 +82,7 @@ impl TurnEnd {
             TurnEnd::Superseded => "superseded",
             TurnEnd::Cancelled => "cancelled",
             TurnEnd::Off => "off",
+            TurnEnd::Paused => "paused",
         }
     }
 

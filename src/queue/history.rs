@@ -94,6 +94,10 @@ pub enum What {
     Held,
     /// Its turn never came: a newer message of the thread took it.
     Superseded { by: String },
+    /// Held by a pause (`pause`: its scope, as `slackgate pauses` says it).
+    Paused { pause: String },
+    /// Its pause ended: it waits for the bot again, as if it had just arrived.
+    Resumed,
     /// A write the bot made through the egress, attributed to this delivery.
     Wrote(Write),
     /// A stream of the bot's answer ended: how, after how many appends and bytes.

@@ -51,6 +51,8 @@ pub struct AppOverview {
     pub oldest: String,
     pub scheduled: u64,
     pub dead: u64,
+    /// Deliveries a pause holds now.
+    pub paused: u64,
     pub socket: Option<String>,
     pub risk_level: &'static str,
     pub risk_title: &'static str,
@@ -63,6 +65,10 @@ pub struct AppOverview {
 struct OverviewPage<'a> {
     nav: Nav<'a>,
     apps: Vec<AppOverview>,
+    /// The pauses in force, each with its own resume form's nonce.
+    pauses: Vec<(crate::pauses::Pause, String, String)>,
+    can_act: bool,
+    pause_nonce: String,
 }
 
 async fn overview(ctx: &Context<'_>) -> Result<Reply, Failure> {
@@ -109,6 +115,7 @@ async fn overview(ctx: &Context<'_>) -> Result<Reply, Failure> {
             oldest: if st.oldest_age_ms == 0 { "none".into() } else { age(st.oldest_age_ms) },
             scheduled: st.scheduled,
             dead: st.dead,
+            paused: st.paused,
             socket,
             risk_level,
             risk_title,
@@ -116,7 +123,20 @@ async fn overview(ctx: &Context<'_>) -> Result<Reply, Failure> {
             writes,
         });
     }
-    Ok(render(StatusCode::OK, &OverviewPage { nav: nav(Some(ctx.viewer), "overview"), apps }))
+    let pauses =
+        ctx.ops.pauses().await.map_err(|e| Failure { status: StatusCode::SERVICE_UNAVAILABLE, text: e.to_string() })?;
+    let pauses = pauses.into_iter().map(|p| {
+        let since = format!("{} UTC ({} ago)", crate::clock::hms(p.at_ms), age(now.saturating_sub(p.at_ms)));
+        (p, since, super::actions::once::nonce())
+    });
+    let page = OverviewPage {
+        nav: nav(Some(ctx.viewer), "overview"),
+        apps,
+        pauses: pauses.collect(),
+        can_act: ctx.can_act(),
+        pause_nonce: super::actions::once::nonce(),
+    };
+    Ok(render(StatusCode::OK, &page))
 }
 
 fn per_second(per_minute: u64) -> String {
@@ -225,8 +245,19 @@ struct DeliveriesPage<'a> {
     now_ms: u64,
 }
 
-pub const STATUSES: &[&str] =
-    &["delivered", "waiting", "retrying", "dead", "ignored", "duplicate", "held", "superseded", "expired", "cancelled"];
+pub const STATUSES: &[&str] = &[
+    "delivered",
+    "waiting",
+    "retrying",
+    "paused",
+    "dead",
+    "ignored",
+    "duplicate",
+    "held",
+    "superseded",
+    "expired",
+    "cancelled",
+];
 pub const SPANS: &[(&str, &str)] =
     &[("", "any time"), ("15m", "15 minutes"), ("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours")];
 pub const WAITS: &[(&str, &str)] =

@@ -31,6 +31,7 @@ mod logs;
 mod messages;
 mod operate;
 mod overload;
+mod pauses;
 mod redis_locked;
 mod replies_record;
 mod sentinel;

@@ -350,3 +350,47 @@ async fn on_loopback_without_a_token_the_pages_open_and_never_show_tokens_or_tex
     let overview = page(port, "/ui/", "", None).await;
     assert!(overview.body.contains("of Slack&#39;s 1 delivery in"), "{}", overview.body);
 }
+
+/// Issue 35: the overview's pause and resume buttons — an admin's, a form posted twice acts
+/// once, a reader sees the pause but no button; what the pause held is shown and delivered on
+/// resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_from_the_overview_acts_once_and_resuming_delivers_what_it_held() {
+    let (_redis, bot, gw) = with_tokens("uipause").await;
+    bot.set_default(Reply::status(200));
+    let port = gw.admin_port;
+    let origin = format!("http://127.0.0.1:{port}");
+    let cookie = login(port, ADMIN).await;
+    let overview = page(port, "/ui/", &cookie, None).await;
+    assert!(overview.body.contains("Nothing is paused."), "{}", overview.body);
+    let form = format!("csrf={}&nonce={}&app=bot&team=&channel=C7", overview.csrf(), overview.field("nonce"));
+    let done = page(port, "/ui/pause", &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert!(page(port, done.header("location"), &cookie, None).await.body.contains("Paused app bot channel C7"));
+    let again = page(port, "/ui/pause", &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!(again.status, 409, "posted twice acts once: {}", again.body);
+    let series = r#"slackgate_pauses{app="bot"}"#;
+    assert!(until(Duration::from_secs(5), async || metric(port, series).await == 1.0).await);
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event_in("EvUiPaused", "C7"), SECRET)).await.0, 200);
+    delivery_href(port, &cookie, "EvUiPaused", "paused").await;
+    // A reader sees the pause, with no button.
+    let reader = login(port, READER).await;
+    let shown = page(port, "/ui/", &reader, None).await;
+    assert!(
+        shown.body.contains("app bot channel C7") && !shown.body.contains("action=\"/ui/resume\""),
+        "{}",
+        shown.body
+    );
+    let refused = page(port, "/ui/resume", &reader, Some((&form, Some(&origin)))).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(bot.count(), 0);
+    // The admin's resume button.
+    let shown = page(port, "/ui/", &cookie, None).await;
+    let at = shown.body.find("action=\"/ui/resume\"").expect("a resume button");
+    let nonce = shown.body[at..].split("name=\"nonce\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+    let form = format!("csrf={}&nonce={nonce}&app=bot&team=*&channel=C7", shown.csrf());
+    let done = page(port, "/ui/resume", &cookie, Some((&form, Some(&origin)))).await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 1).await, "{}", gw.log());
+    delivery_href(port, &cookie, "EvUiPaused", "delivered").await;
+}

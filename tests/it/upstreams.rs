@@ -4,25 +4,12 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::utils::*;
 
 fn command(trigger: &str) -> Vec<u8> {
     format!(
         "token=x&team_id=T1&channel_id=C1&user_id=U1&command=%2Fdeploy&text=prod&api_app_id=A1&trigger_id={trigger}"
     )
-    .into_bytes()
-}
-
-/// An `app_mention` in `channel`.
-fn mention(event_id: &str, channel: &str) -> Vec<u8> {
-    json!({
-        "token": "x", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
-        "event_id": event_id, "event_time": 1700000000,
-        "event": {"type": "app_mention", "user": "U1", "text": "<@B1> hi", "channel": channel, "ts": event_ts(event_id)}
-    })
-    .to_string()
     .into_bytes()
 }
 
@@ -53,8 +40,8 @@ async fn an_entry_sends_commands_to_one_bot_and_events_to_another() {
     assert!(eventually(Duration::from_secs(10), || commands_bot.count() == 3).await, "{}", gw.log());
     assert_eq!(commands_bot.received()[2].header("x-slackgate-attempt").as_deref(), Some("2"));
     // Events: a mention in C9 goes to the commands' bot, one in C1 to the app's own.
-    assert_eq!(send(gw.port, Req::signed("/slack/events", mention("EvUp1", "C1"), SECRET)).await.0, 200);
-    assert_eq!(send(gw.port, Req::signed("/slack/events", mention("EvUp9", "C9"), SECRET)).await.0, 200);
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event_in("EvUp1", "C1"), SECRET)).await.0, 200);
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event_in("EvUp9", "C9"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(10), || commands_bot.count() == 4 && events_bot.count() == 1).await);
     assert!(outbox_idle(gw.admin_port, Duration::from_secs(5)).await);
     let (to_events, to_commands) = (bodies(&events_bot), bodies(&commands_bot));
@@ -90,8 +77,8 @@ async fn an_entrys_delivery_policy_is_its_own() {
     let gw = Gateway::start(&cfg).await;
     slow_bot.set_default(Reply::status(500));
     events_bot.push(Reply::status(500));
-    assert_eq!(send(gw.port, Req::signed("/slack/events", mention("EvPol9", "C9"), SECRET)).await.0, 200);
-    assert_eq!(send(gw.port, Req::signed("/slack/events", mention("EvPol1", "C1"), SECRET)).await.0, 200);
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event_in("EvPol9", "C9"), SECRET)).await.0, 200);
+    assert_eq!(send(gw.port, Req::signed("/slack/events", event_in("EvPol1", "C1"), SECRET)).await.0, 200);
     let dead = r#"slackgate_upstream_deliveries_total{app="bot",outcome="dead",upstream="upstreams[0]"}"#;
     assert!(metric_reaches(gw.admin_port, dead, 1.0, Duration::from_secs(10)).await, "{}", gw.log());
     assert!(eventually(Duration::from_secs(10), || events_bot.count() == 2).await, "the app's own is retried");

@@ -98,16 +98,21 @@ return 1
 );
 
 /// KEYS: the lease's stream (outbox or carrying), delivery hash, schedule zset, dead-letter
-/// stream, waiting index. ARGV[5] mode (done | retry | dead), ARGV[6] delivery id, ARGV[7] due ms (retry) or now ms
-/// (done, dead), ARGV[8] last status, ARGV[9] last error, ARGV[10] key tag (for the per-minute
+/// stream, waiting index. ARGV[5] mode (done | retry | dead | pause), ARGV[6] delivery id,
+/// ARGV[7] due ms (retry) or now ms (done, dead, pause), ARGV[8] last status, ARGV[9] last
+/// error (pause: the delivery's `team\tchannel`), ARGV[10] key tag (for the per-minute
 /// delivered counter that `slackgate stats` reads), ARGV[11] final (1: the bot refused it
 /// with a 4xx, so another copy of its message may be delivered instead). The app's turns:
 /// ARGV[12] order (queue | latest, '' when it takes none), ARGV[13] end (reply | answer),
 /// ARGV[14] quiet ms, ARGV[15] pass-after ms, ARGV[16] timeout ms, ARGV[17] now ms,
 /// ARGV[18] the delivery's conversation ('' when none).
 ///
+/// A paused delivery waits in the schedule at [`PAUSED`](super::super::pauses::PAUSED), which
+/// no promotion reaches, until the release; its turn ends (`paused`), so that the next
+/// delivery of its conversation is read, and paused too.
+///
 /// Returns 1, or {1, how, duration ms, released id, {superseded ids}} when it ended the turn
-/// its delivery held (`how`: answer | refused); 0 when fenced out.
+/// its delivery held (`how`: answer | refused | paused); 0 when fenced out.
 pub const FINISH: &str = fenced!(with_turn_helpers!(with_done_helpers!(
     r#"
 local mode = ARGV[5]
@@ -127,8 +132,8 @@ if ARGV[12] ~= '' and ARGV[18] ~= '' then
   local t = turn_get(tk)
   if t and t.d == ARGV[6] then
     local now, timeout = tonumber(ARGV[17]), tonumber(ARGV[16])
-    if mode == 'dead' or (mode == 'done' and ARGV[13] == 'answer') then
-      local how = mode == 'dead' and 'refused' or 'answer'
+    if mode == 'dead' or mode == 'pause' or (mode == 'done' and ARGV[13] == 'answer') then
+      local how = ({dead = 'refused', pause = 'paused'})[mode] or 'answer'
       local e = end_turn(ARGV[10], ARGV[18], t, now, ARGV[12], timeout)
       ended = {1, how, e[1], e[2], e[3]}
     elseif mode == 'done' then
@@ -152,6 +157,12 @@ if mode == 'done' then
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('ZREM', KEYS[5], ARGV[6])
+  return finished()
+end
+if mode == 'pause' then
+  redis.call('HSET', KEYS[2], 'pz', ARGV[7], 'pp', ARGV[9])
+  redis.call('ZADD', KEYS[3], 9000000000000000, ARGV[6])
+  redis.call('ZADD', KEYS[5], 'NX', redis.call('HGET', KEYS[2], 'rcv'), ARGV[6])
   return finished()
 end
 local n = redis.call('HINCRBY', KEYS[2], 'n', 1)

@@ -19,8 +19,9 @@ return #due
 /// KEYS: outbox stream, schedule zset, dead-letter stream, waiting index, conversations with
 /// deliveries held for a turn (by how many), deliveries superseded (a counter), the stream of
 /// versions before carried deliveries.
-/// ARGV: group, key tag. Returns {ready, in flight, scheduled, dead, received-at ms of the oldest
-/// waiting delivery or '', held, conversations waiting, superseded}. Ready is the group's lag
+/// ARGV: group, key tag, the schedule's score of a paused delivery. Returns {ready, in flight,
+/// scheduled (not paused), dead, received-at ms of the oldest waiting delivery or '', held,
+/// conversations waiting, superseded, paused}. Ready is the group's lag
 /// on each stream (Redis 7), or, where Redis cannot tell it, what is on the stream and not
 /// pending, which counts too the acked entries the trim has not reached yet (for at most a
 /// second). A stream is trimmed up to its oldest entry still pending or unread, so its first
@@ -68,8 +69,9 @@ for i = 2, #waiting, 2 do
   held = held + tonumber(waiting[i])
   conversations = conversations + 1
 end
-return {ready, pending, redis.call('ZCARD', KEYS[2]), redis.call('XLEN', KEYS[3]),
-  oldest and tostring(oldest) or '', held, conversations, tonumber(redis.call('GET', KEYS[6]) or '0')}
+local paused = redis.call('ZCOUNT', KEYS[2], ARGV[3], ARGV[3])
+return {ready, pending, redis.call('ZCARD', KEYS[2]) - paused, redis.call('XLEN', KEYS[3]),
+  oldest and tostring(oldest) or '', held, conversations, tonumber(redis.call('GET', KEYS[6]) or '0'), paused}
 "#;
 
 /// KEYS: dead-letter stream, outbox stream, delivery hash, waiting index. ARGV: delivery id,

@@ -21,6 +21,7 @@ use crate::ops::Redelivery;
 
 pub mod listing;
 pub mod once;
+mod pauses;
 
 use listing::{filter_of, no_app, FormFilter};
 use once::{Done, Once, Taken};
@@ -54,6 +55,8 @@ pub async fn post(ctx: &Context<'_>, ui_auth: &UiAuth, req: &Request) -> Result<
         ["d", app, id, "purge"] => purge_one(ctx, req, app, id).await,
         ["replay"] => bulk(ctx, req).await,
         ["sessions", "revoke"] => end_sessions(ui_auth, req).await,
+        ["pause"] => pauses::pause_or_resume(ctx, req, true).await,
+        ["resume"] => pauses::pause_or_resume(ctx, req, false).await,
         _ => Ok(message(Some(ctx.viewer), StatusCode::NOT_FOUND, "Not found", "There is no such action.", "/ui/")),
     }
 }

@@ -66,10 +66,15 @@ pub fn sign(secret: &str, ts: i64, body: &[u8]) -> String {
 /// An Events API envelope for `event_id`: a mention of its own, at a `ts` of its own (see
 /// [`event_ts`]), so that events of different ids are different messages (and conversations).
 pub fn event(event_id: &str) -> Vec<u8> {
+    event_in(event_id, "C1")
+}
+
+/// [`event`] in `channel`.
+pub fn event_in(event_id: &str, channel: &str) -> Vec<u8> {
     serde_json::json!({
         "token": "x", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
         "event_id": event_id, "event_time": 1700000000,
-        "event": {"type": "app_mention", "user": "U1", "text": "<@B1> hi", "channel": "C1", "ts": event_ts(event_id)}
+        "event": {"type": "app_mention", "user": "U1", "text": "<@B1> hi", "channel": channel, "ts": event_ts(event_id)}
     })
     .to_string()
     .into_bytes()
