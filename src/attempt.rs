@@ -372,6 +372,86 @@ async fn late_reply(client: &UpstreamClient, metrics: &Metrics, app: &str, to: &
     info!(target: "slackgate::audit", outcome = outcome.as_label(), detail, "late reply");
 }
 
+/// A delivery the app's shadow takes a copy of (`shadow = { … }`), owned: the copy is made in a
+/// task of its own, so the live bot's attempt never waits for it (see [`ShadowCopy::spawn`]).
+pub struct ShadowCopy {
+    pub app: std::sync::Arc<AppConfig>,
+    pub shared: std::sync::Arc<Shared>,
+    pub store: crate::outbox::Store,
+    pub prefix: String,
+    /// `[egress] listen`, where the shadow's `response_url` answers go (`/shadow/response/…`).
+    pub egress: String,
+    pub id: String,
+    pub body: Bytes,
+    pub content_type: String,
+    pub path: String,
+    pub kind: Kind,
+    pub detail: String,
+    pub team: Option<String>,
+    pub channel: Option<String>,
+    pub received_ms: u64,
+    /// Its conversation, encoded ('' when none).
+    pub conversation: String,
+    /// `[redis] shards`: the lane's `max_backlog` is split among them.
+    pub shards: u16,
+}
+
+impl ShadowCopy {
+    /// Copy it to the shadow's lane when the shadow takes it (its `match`, its `share`), off
+    /// the caller's path: counted by outcome, never waited for.
+    pub fn spawn(self) {
+        let Some(shadow) = &self.app.shadow else { return };
+        let facts = crate::config::Facts {
+            kind: self.kind,
+            detail: &self.detail,
+            team: self.team.as_deref(),
+            channel: self.channel.as_deref(),
+        };
+        if !shadow.takes(&facts, &self.id) {
+            return;
+        }
+        tokio::spawn(async move { self.copy().await });
+    }
+
+    async fn copy(self) {
+        let Some(shadow) = &self.app.shadow else { return };
+        let shard: u16 = self.id.split_once('-').and_then(|(s, _)| s.parse().ok()).unwrap_or(0);
+        let lane = crate::outbox::ShardKeys::new(&self.prefix, &crate::config::shadow_lane_name(&self.app.name), shard);
+        let hook = format!("{}/shadow/response/{}", egress_base(&self.egress), self.id);
+        let body = slack::with_response_url(&self.body, &hook).map_or(self.body.clone(), Bytes::from);
+        let copy = crate::outbox::shadow::Copy {
+            id: &self.id,
+            body: &body,
+            content_type: &self.content_type,
+            path: &self.path,
+            kind: self.kind,
+            detail: &self.detail,
+            received_ms: self.received_ms,
+            conversation: &self.conversation,
+            ttl: self.app.receipt_ttl,
+        };
+        let per_shard = (shadow.max_backlog / u64::from(self.shards.max(1))).max(1);
+        let outcome = match self.store.copy_to_shadow(&lane, &copy, per_shard).await {
+            Ok(c) => c.as_label(),
+            Err(e) => {
+                warn!(app = %self.app.name, delivery = %self.id, error = %e, "cannot copy a delivery to the shadow");
+                "failed"
+            }
+        };
+        self.shared.metrics.routes.shadow_copies.with_label_values(&[&self.app.name, outcome]).inc();
+        if outcome == "dropped" {
+            info!(target: "slackgate::audit", app = %self.app.name, delivery = %self.id, "shadow copy dropped: its lane is full");
+        }
+    }
+}
+
+/// `http://host:port` of `[egress] listen` as a bot on this host reaches it (a wildcard
+/// address is reached on loopback).
+pub fn egress_base(listen: &str) -> String {
+    let addr = listen.replace("0.0.0.0:", "127.0.0.1:").replace("[::]:", "[::1]:");
+    format!("http://{addr}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

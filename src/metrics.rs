@@ -189,8 +189,8 @@ impl Metrics {
         descs.map(|d| format!("slackgate_{}", d.fq_name)).collect()
     }
 
-    fn collectors(&self) -> [&dyn Collector; 57] {
-        [
+    fn collectors(&self) -> Vec<&dyn Collector> {
+        let mut all: Vec<&dyn Collector> = vec![
             &self.requests,
             &self.ack_seconds,
             &self.slack_retries,
@@ -241,14 +241,11 @@ impl Metrics {
             &self.socket.ack_seconds,
             &self.socket.reconnects,
             &self.socket.link_disabled,
-            &self.routes.deliveries,
-            &self.routes.paused,
-            &self.routes.waiting,
-            &self.routes.pauses,
-            &self.routes.oldest_pause_seconds,
             &self.history_dropped,
             &self.history_errors,
-        ]
+        ];
+        all.extend(self.routes.collectors());
+        all
     }
 
     /// Prometheus text exposition of everything above.
@@ -330,6 +327,16 @@ impl Metrics {
         self.routes.waiting.with_label_values(&[app]);
         self.routes.pauses.with_label_values(&[app]);
         self.routes.oldest_pause_seconds.with_label_values(&[app]);
+    }
+
+    /// The shadow's copies and calls of `app` at zero.
+    pub fn init_shadow(&self, app: &str) {
+        for outcome in crate::outbox::shadow::Copied::ALL.map(|c| c.as_label()).iter().chain(&["failed"]) {
+            self.routes.shadow_copies.with_label_values(&[app, outcome]);
+        }
+        for outcome in ["kept", "read", "unattributed"] {
+            self.routes.shadow_calls.with_label_values(&[app, outcome]);
+        }
     }
 
     /// Socket Mode's series of `app` at zero, for the directions it uses: `slack` (the

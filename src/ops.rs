@@ -28,6 +28,19 @@ pub enum OpsError {
     Store(#[from] StoreError),
 }
 
+/// The shard of a delivery id (`<shard>-<hex>`), when it is one.
+pub fn shard_of(id: &str) -> Option<u16> {
+    id.split_once('-')
+        .filter(|(_, hex)| !hex.is_empty() && hex.len() <= 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .and_then(|(s, _)| s.parse::<u16>().ok())
+        .filter(|s| *s < 1024)
+}
+
+/// Whether `id` is a delivery id (`<shard>-<hex>`).
+pub fn looks_like_id(id: &str) -> bool {
+    shard_of(id).is_some()
+}
+
 /// What a pause or resume names: an app (the only one when `None`), and a team or channel of
 /// it (`None`: any).
 #[derive(Debug, Clone, Copy, Default)]
@@ -198,12 +211,7 @@ impl Ops {
 
     /// A delivery id starts with its shard: `<shard>-<hex>`.
     fn shard_keys(&self, app: &AppConfig, id: &str) -> Result<ShardKeys, OpsError> {
-        let shard = id
-            .split_once('-')
-            .filter(|(_, hex)| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-            .and_then(|(s, _)| s.parse::<u16>().ok())
-            .filter(|s| *s < 1024)
-            .ok_or_else(|| OpsError::BadId(id.into()))?;
+        let shard = shard_of(id).ok_or_else(|| OpsError::BadId(id.into()))?;
         Ok(ShardKeys::new(&self.config.redis.key_prefix, &app.name, shard))
     }
 

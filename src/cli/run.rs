@@ -185,6 +185,11 @@ pub(crate) fn init_series(shared: &Shared, config: &Config) {
             .chain(app.upstreams.iter().map(|r| r.label.as_str()))
             .collect();
         shared.metrics.init_routes(&app.name, &routes, &labels.delivery_outcomes);
+        if app.shadow.is_some() {
+            // The shadow's lane is an app of its own to the delivery series.
+            shared.metrics.init_app(&crate::config::shadow_lane_name(&app.name), &labels);
+            shared.metrics.init_shadow(&app.name);
+        }
         shared.metrics.init_socket(&app.name, socket(app), &labels);
     }
     shared.metrics.forget_sockets(|name, direction| {

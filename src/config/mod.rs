@@ -20,7 +20,10 @@ mod values;
 pub use crate::secret::Secret;
 pub use duration::{parse_duration, parse_size};
 pub use egress::{EgressConfig, HistoryTier, DEFAULT_WRITE_METHODS};
-pub use routes::{share_point, Chosen, Facts, Match, PauseAnswer, Route, ShadowConfig, DEFAULT_ROUTE};
+pub use routes::{
+    live_of_lane, shadow_lane_name, shadow_prefix, share_point, Chosen, Facts, Match, PauseAnswer, Route, ShadowConfig,
+    DEFAULT_ROUTE,
+};
 pub use server::SLACK_HOOKS_HOST;
 pub use socket::warnings as socket_warnings;
 pub use socket::{SocketModeConfig, SLACK_MAX_CONNECTIONS};

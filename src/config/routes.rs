@@ -203,6 +203,47 @@ impl AppConfig {
     }
 }
 
+/// What the shadow's lane of app `bot` is called: `bot.shadow` (a name no app can take, `.`
+/// being refused in app names). Its metrics, history and keys go by this name.
+pub fn shadow_lane_name(app: &str) -> String {
+    format!("{app}.shadow")
+}
+
+/// The key prefix of the shadow's conversation records (what its deliveries carried, where
+/// the egress's shadow base looks up the delivery a write answers): `<prefix>.shadow`.
+pub fn shadow_prefix(prefix: &str) -> String {
+    format!("{prefix}.shadow")
+}
+
+/// The app a lane name belongs to (`bot` of `bot.shadow`), when it is one.
+pub fn live_of_lane(name: &str) -> Option<&str> {
+    name.strip_suffix(".shadow")
+}
+
+impl AppConfig {
+    /// The shadow's lane, as an app of its own that the workers run like any: the shadow's
+    /// deliveries on their own stream, with their own leases, retries, dead letters and turns
+    /// (the app's delivery policy and `order`; a turn ends at the shadow's 2xx, as its writes
+    /// never reach the turns), signed as the app's. `None` without a shadow.
+    pub fn shadow_lane(&self) -> Option<AppConfig> {
+        let shadow = self.shadow.as_ref()?;
+        let mut turns = self.turns;
+        turns.end = super::End::Answer;
+        turns.withhold_on_newer = false;
+        Some(AppConfig {
+            name: shadow_lane_name(&self.name),
+            label: format!("{} (shadow)", self.label),
+            upstream: shadow.upstream.clone(),
+            upstreams: Vec::new(),
+            shadow: None,
+            socket_mode: None,
+            passthrough: Vec::new(),
+            turns,
+            ..self.clone()
+        })
+    }
+}
+
 impl Validator<'_> {
     /// A `match`, its kinds checked.
     pub(super) fn matcher(&self, key: &str, m: &MatchSection) -> Result<Match, ConfigError> {

@@ -58,8 +58,10 @@ struct Shard {
     conversations: Option<Conversations>,
     /// The app's turns (`None`: it takes none).
     turns: Option<TurnRules>,
-    /// `[redis] key_prefix` (for the pauses' register).
+    /// `[redis] key_prefix` (for the pauses' register and the shadow's lane).
     prefix: Arc<str>,
+    /// `[egress] listen`, with an app that has a shadow (its copies' `response_url` goes there).
+    egress: Option<Arc<str>>,
     /// Per entry of `upstreams`: its own attempt slots, when it sets `max_in_flight` (within
     /// the app's), shared by the app's shards.
     route_slots: Arc<[Option<Arc<Semaphore>>]>,
@@ -79,6 +81,14 @@ impl Shard {
     }
 }
 
+/// What every worker of one config generation is started with.
+struct Generation<'a> {
+    config: &'a Config,
+    store: &'a Store,
+    client: &'a Arc<UpstreamClient>,
+    stop: &'a watch::Receiver<bool>,
+}
+
 impl DeliveryService {
     pub fn new(live: Arc<Live>, shared: Arc<Shared>, redis: Endpoint) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -86,7 +96,9 @@ impl DeliveryService {
         DeliveryService { live, shared, redis, consumer }
     }
 
-    /// Readers, housekeepers and gauges for every app shard of one config generation.
+    /// Readers, housekeepers and gauges for every app shard of one config generation, and for
+    /// each app's shadow, which runs as an app of its own (its lane), on as many shards, its
+    /// attempts noted where the egress's shadow base looks for them.
     fn spawn_workers(
         &self,
         config: &Config,
@@ -96,50 +108,67 @@ impl DeliveryService {
         stop: watch::Receiver<bool>,
     ) -> JoinSet<()> {
         let mut tasks = JoinSet::new();
-        let response_url_hosts: Arc<[String]> = config.server.response_url_hosts.clone().into();
         let apps = config.apps.iter().map(|a| a.name.clone()).collect();
         let prefix = config.redis.key_prefix.clone();
         tasks.spawn(housekeeping::refresh_pauses(self.shared.clone(), store.clone(), prefix, apps, stop.clone()));
-        let conversations = config
-            .egress
-            .listen
-            .as_ref()
-            .map(|_| store.conversations(&config.redis.key_prefix, config.egress.attribution_window));
-        for (app, in_use) in config.apps.iter().zip(in_use) {
-            let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
-            let recording = Arc::new(Semaphore::new(app.delivery.max_in_flight));
-            let route_slots: Arc<[Option<Arc<Semaphore>>]> = app
-                .upstreams
-                .iter()
-                .map(|r| r.own_slots.then(|| Arc::new(Semaphore::new(r.delivery.max_in_flight))))
-                .collect();
-            let shards: Vec<ShardKeys> =
-                (0..*in_use).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
-            for keys in &shards {
-                let s = Arc::new(Shard {
-                    app: app.clone(),
-                    keys: keys.clone(),
-                    store: store.clone(),
-                    client: client.clone(),
-                    shared: self.shared.clone(),
-                    permits: permits.clone(),
-                    recording: recording.clone(),
-                    consumer: self.consumer.clone(),
-                    shards: *in_use,
-                    response_url_hosts: response_url_hosts.clone(),
-                    conversations: conversations.clone(),
-                    turns: app.turns.when_on(),
-                    route_slots: route_slots.clone(),
-                    prefix: config.redis.key_prefix.as_str().into(),
-                    finisher: finisher::Finisher::spawn(store.clone(), keys.clone(), self.consumer.clone()),
-                });
-                tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), stop.clone()));
-                tasks.spawn(housekeeping::maintain_loop(s, stop.clone()));
+        let window = config.egress.attribution_window;
+        let records = |prefix: &str| config.egress.listen.as_ref().map(|_| store.conversations(prefix, window));
+        let (conversations, shadows) =
+            (records(&config.redis.key_prefix), records(&crate::config::shadow_prefix(&config.redis.key_prefix)));
+        let on = Generation { config, store, client, stop: &stop };
+        for (app, n) in config.apps.iter().zip(in_use) {
+            self.spawn_app(&mut tasks, &on, app.clone(), *n, conversations.clone());
+            if let Some(lane) = app.shadow_lane() {
+                self.spawn_app(&mut tasks, &on, Arc::new(lane), *n, shadows.clone());
             }
-            let gauges = housekeeping::Gauges { app: app.name.clone(), shards, store: store.clone() };
-            tasks.spawn(gauges.run(self.shared.clone(), stop.clone()));
         }
         tasks
+    }
+
+    /// One app's shards (`in_use` of them): a reader and a housekeeper each, and its gauges.
+    fn spawn_app(
+        &self,
+        tasks: &mut JoinSet<()>,
+        on: &Generation<'_>,
+        app: Arc<AppConfig>,
+        in_use: u16,
+        conversations: Option<Conversations>,
+    ) {
+        let config = on.config;
+        let permits = Arc::new(Semaphore::new(app.delivery.max_in_flight));
+        let recording = Arc::new(Semaphore::new(app.delivery.max_in_flight));
+        let route_slots: Arc<[Option<Arc<Semaphore>>]> = app
+            .upstreams
+            .iter()
+            .map(|r| r.own_slots.then(|| Arc::new(Semaphore::new(r.delivery.max_in_flight))))
+            .collect();
+        let response_url_hosts: Arc<[String]> = config.server.response_url_hosts.clone().into();
+        let shards: Vec<ShardKeys> =
+            (0..in_use).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
+        for keys in &shards {
+            let s = Arc::new(Shard {
+                app: app.clone(),
+                keys: keys.clone(),
+                store: on.store.clone(),
+                client: on.client.clone(),
+                shared: self.shared.clone(),
+                permits: permits.clone(),
+                recording: recording.clone(),
+                consumer: self.consumer.clone(),
+                shards: in_use,
+                response_url_hosts: response_url_hosts.clone(),
+                conversations: conversations.clone(),
+                turns: app.turns.when_on(),
+                route_slots: route_slots.clone(),
+                prefix: config.redis.key_prefix.as_str().into(),
+                egress: config.egress.listen.as_deref().map(Arc::from),
+                finisher: finisher::Finisher::spawn(on.store.clone(), keys.clone(), self.consumer.clone()),
+            });
+            tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), on.stop.clone()));
+            tasks.spawn(housekeeping::maintain_loop(s, on.stop.clone()));
+        }
+        let gauges = housekeeping::Gauges { app: app.name.clone(), shards, store: on.store.clone() };
+        tasks.spawn(gauges.run(self.shared.clone(), on.stop.clone()));
     }
 }
 

@@ -361,6 +361,9 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
         return expire_paused(s, &lease, &stored).await;
     }
     let route = route_of(&s.app, &stored, &place);
+    if stored.retries == 0 {
+        copy_to_shadow(s, &lease, &stored, place);
+    }
     let slot = tokio::select! {
         slot = s.route_slot(&route) => slot,
         _ = keep_lease(s, &lease) => return,
@@ -406,6 +409,35 @@ async fn still_paused(s: &Shard, place: &Place) -> Option<Pause> {
     };
     s.shared.pauses.set(now);
     s.shared.pauses.snapshot().covering(&s.app.name, place.team.as_deref(), place.channel.as_deref()).cloned()
+}
+
+/// The app's shadow gets a copy of the delivery (when it takes it), made off this attempt's
+/// path: every round of first attempts offers it (a copy made before is absorbed).
+fn copy_to_shadow(s: &Shard, lease: &Lease, stored: &Stored, place: Place) {
+    let (Some(_), Some(egress)) = (&s.app.shadow, &s.egress) else { return };
+    let conversation = match &stored.conversation {
+        Kept::Some(c) => c.encode(),
+        _ => String::new(),
+    };
+    attempt::ShadowCopy {
+        app: s.app.clone(),
+        shared: s.shared.clone(),
+        store: s.store.clone(),
+        prefix: s.prefix.to_string(),
+        egress: egress.to_string(),
+        id: lease.delivery.clone(),
+        body: stored.body.clone(),
+        content_type: stored.content_type.clone(),
+        path: stored.path.clone(),
+        kind: stored.kind,
+        detail: stored.detail.clone(),
+        team: place.team,
+        channel: place.channel,
+        received_ms: stored.received_ms,
+        conversation,
+        shards: s.shards,
+    }
+    .spawn();
 }
 
 /// Put a delivery a pause holds to wait until it ends (off the stream, no attempt counted).

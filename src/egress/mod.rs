@@ -45,6 +45,7 @@ mod replies;
 mod rerun;
 mod retry;
 mod scripts;
+mod shadow;
 mod slack_api;
 mod socket_open;
 mod store;
@@ -89,16 +90,28 @@ impl Egress {
     }
 }
 
+/// Which base a call came to: the live bot's (`/api/…`) or the shadow's (`/shadow/api/…`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Base {
+    Live,
+    Shadow,
+}
+
 /// Read one call whole, its body within `body_timeout`; `Err` with the reply for a bad request.
-async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Result<Call, Reply> {
+async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Result<(Call, Base), Reply> {
     let head = session.req_header();
     // An absolute-form target (`POST http://host/api/…`) is read as its path (RFC 9112
     // §3.2.2); Pingora has refused one whose authority is not its `Host`.
-    let path = head.uri.path();
+    let (path, base) = match shadow::api_path(head.uri.path()) {
+        Some(path) => (path, Base::Shadow),
+        None => (head.uri.path(), Base::Live),
+    };
     let Some(method) = call::method_of(path) else { return Err(Error::UnknownMethod.into()) };
     let Some(verb) = Verb::of(&head.method) else { return Err(Error::MethodNotAllowed.into()) };
     let method = method.to_string();
-    let path_and_query = head.uri.path_and_query().map_or(path, |p| p.as_str()).to_string();
+    // As it goes to Slack: `/api/<method>` and the query (a shadow's without its base).
+    let query = head.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let path_and_query = format!("{path}{query}");
     let header = |name: &str| head.headers.get(name).and_then(|v| v.to_str().ok()).map(String::from);
     let (content_type, authorization) = (header("content-type"), header("authorization"));
     let idempotency_key = header("idempotency-key").filter(|k| !k.is_empty());
@@ -109,7 +122,9 @@ async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Resul
     };
     let (fields, body_token) = call::fields(content_type.as_deref(), &body);
     let token = call::token(authorization.as_deref(), body_token);
-    Ok(Call { method, verb, path_and_query, idempotency_key, headers: forwarded, body: body.into(), token, fields })
+    let call =
+        Call { method, verb, path_and_query, idempotency_key, headers: forwarded, body: body.into(), token, fields };
+    Ok((call, base))
 }
 
 async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, Reply> {
@@ -158,6 +173,17 @@ impl HttpServerApp for Egress {
         let body_timeout = ctx.config.server.limits.body_timeout;
         session.set_write_timeout(Some(body_timeout));
         let _in_flight = ctx.shared.drain.enter(crate::drain::Work::Request);
+        if let Some(delivery) = shadow::response_of(session.req_header().uri.path()).map(String::from) {
+            // A shadow bot's late answer to a command: kept, never posted.
+            let reply = match tokio::time::timeout(body_timeout, read_body(&mut session)).await {
+                Ok(Ok(body)) => shadow::response(ctx, &delivery, body.len()).await,
+                Ok(Err(reply)) => reply,
+                Err(_) => Error::RequestTimeout.into(),
+            };
+            session.set_keepalive(None);
+            respond(&mut session, &reply).await;
+            return None;
+        }
         let delivered = match read_call(&mut session, body_timeout).await {
             Err(reply) => {
                 // The body may be unread: this connection serves nothing more.
@@ -165,7 +191,8 @@ impl HttpServerApp for Egress {
                 respond(&mut session, &reply).await;
                 return None;
             }
-            Ok(call) => match socket_open::socket_bot(ctx, &call) {
+            Ok((call, Base::Shadow)) => shadow::call(ctx, call, &mut session).await,
+            Ok((call, Base::Live)) => match socket_open::socket_bot(ctx, &call) {
                 Some(app) => socket_open::open(ctx, &app, &mut session).await,
                 None if ctx.cfg().is_write(&call.method) => write::write(ctx, call, &mut session).await,
                 None => read::read(ctx, &call, &mut session).await,

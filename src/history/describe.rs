@@ -162,6 +162,10 @@ pub fn describe(e: &Value) -> String {
         },
         "superseded" => format!("superseded by the newer message's delivery {}", s("by")),
         "stream" => stream(e),
+        "wrote" if s("outcome") == "kept_shadow" => match s("method").as_str() {
+            "response_url" => "the shadow bot answered to its response_url: kept, never posted".into(),
+            m => format!("the shadow bot wrote {m} in {}: kept, never posted", s("channel")),
+        },
         "wrote" => {
             let ts = if s("ts").is_empty() { String::new() } else { format!(", posted as {}", s("ts")) };
             format!(

@@ -186,6 +186,12 @@ impl Folded {
             "resumed" => self.set("status", "waiting"),
             "superseded" => self.set("status", "superseded"),
             "replayed" if text("as").is_empty() => self.set("status", "waiting"),
+            "wrote" if text("outcome") == "kept_shadow" => {
+                self.bump("shadow_replies");
+                if !self.fields.contains_key("shadow_answered") {
+                    self.set("shadow_answered", at);
+                }
+            }
             "wrote" if answers(&text("outcome")) => {
                 self.bump("replies");
                 if !self.fields.contains_key("answered") {

@@ -116,7 +116,9 @@ impl Writer {
         let ui = &config.ui;
         let prefix = &config.redis.key_prefix;
         self.shared.history.set(ui.keeps_history(), ui.history_rate);
-        let mut apps: Vec<String> = config.apps.iter().map(|a| a.name.clone()).collect();
+        // The apps, and their shadows' lanes (whose attempts have a history of their own).
+        let lanes = config.apps.iter().filter(|a| a.shadow.is_some()).map(|a| crate::config::shadow_lane_name(&a.name));
+        let mut apps: Vec<String> = config.apps.iter().map(|a| a.name.clone()).chain(lanes).collect();
         let known: Vec<String> = redis::cmd("SMEMBERS").arg(registry(prefix)).query_async(conn).await?;
         let removed: Vec<String> = known.into_iter().filter(|a| !apps.contains(a)).collect();
         if !ui.keeps_history() {
@@ -288,6 +290,8 @@ fn counted(what: &What) -> Vec<&'static str> {
             "dead" => "dead",
             _ => "other",
         }],
+        // A shadow's write is not the bot's: the overview's counts are the live bot's.
+        What::Wrote(w) if w.outcome == "kept_shadow" => vec![],
         What::Wrote(w) => vec![write_field(w.outcome)],
         What::Held
         | What::Superseded { .. }
@@ -316,6 +320,7 @@ const WRITE_FIELDS: &[(&str, &str)] = &[
     ("withheld_superseded", "w:withheld_superseded"),
     ("reconciled", "w:reconciled"),
     ("unknown", "w:unknown"),
+    ("kept", "w:kept"),
     ("rate_limited", "w:rate_limited"),
     ("failed", "w:failed"),
     ("store_unavailable", "w:store_unavailable"),

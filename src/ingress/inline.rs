@@ -47,6 +47,8 @@ pub struct InlineJob {
     pub content_type: String,
     pub body: Bytes,
     pub received_ms: u64,
+    /// With a shadow: `[redis] key_prefix`, `[egress] listen` and `[redis] shards`, for its copy.
+    pub shadow_at: Option<(String, String, u16)>,
 }
 
 /// Run the attempt; answer Slack with the bot's own answer if it comes within `budget`.
@@ -96,9 +98,35 @@ async fn attempt(job: InlineJob, slack: oneshot::Sender<Option<Response>>) {
     let transport = Transport::of(route.upstream, &job.client, &*job.shared.bots);
     let attempted = attempt::send_once(transport, &job.shared.metrics, &job.app, d).await;
     attempt::conclude(attempted, &job, context(&job, route, slack)).await;
+    job.copy_to_shadow();
 }
 
 impl InlineJob {
+    /// The shadow's copy, made once the live bot's inline attempt is over (the shadow gets
+    /// inline payloads in the background; its answer never reaches Slack).
+    fn copy_to_shadow(&self) {
+        let Some((prefix, egress, shards)) = &self.shadow_at else { return };
+        attempt::ShadowCopy {
+            app: self.app.clone(),
+            shared: self.shared.clone(),
+            store: self.store.clone(),
+            prefix: prefix.clone(),
+            egress: egress.clone(),
+            id: self.id.clone(),
+            body: self.body.clone(),
+            content_type: self.content_type.clone(),
+            path: self.path.clone(),
+            kind: self.kind,
+            detail: self.detail.clone(),
+            team: self.team.clone(),
+            channel: self.channel.clone(),
+            received_ms: self.received_ms,
+            conversation: String::new(),
+            shards: *shards,
+        }
+        .spawn();
+    }
+
     /// The bot it goes to: the first entry of `upstreams` that matches, else the app's own.
     fn route(&self) -> Chosen<'_> {
         let (team, channel) = (self.team.as_deref(), self.channel.as_deref());

@@ -237,9 +237,28 @@ pub struct Routes {
     /// Pauses in force, and how long the oldest has been, as this process last read them.
     pub pauses: IntGaugeVec,
     pub oldest_pause_seconds: prometheus::GaugeVec,
+    /// Copies of deliveries for the shadow: copied, already (copied before), dropped (its
+    /// lane full), failed.
+    pub shadow_copies: IntCounterVec,
+    /// The shadow's Web API calls at the egress's shadow base: kept (a write, answered as
+    /// Slack would, never posted), read (passed to Slack), unattributed (a write no delivery
+    /// of the shadow's explains, kept too).
+    pub shadow_calls: IntCounterVec,
 }
 
 impl Routes {
+    pub(super) fn collectors(&self) -> [&dyn prometheus::core::Collector; 7] {
+        [
+            &self.deliveries,
+            &self.paused,
+            &self.waiting,
+            &self.pauses,
+            &self.oldest_pause_seconds,
+            &self.shadow_copies,
+            &self.shadow_calls,
+        ]
+    }
+
     pub(super) fn new(r: &Registry) -> Routes {
         Routes {
             deliveries: counter(
@@ -258,6 +277,18 @@ impl Routes {
                 r
             )
             .expect("unique metric"),
+            shadow_copies: counter(
+                r,
+                "shadow_copies_total",
+                "Deliveries copied to the shadow, by outcome",
+                &["app", "outcome"],
+            ),
+            shadow_calls: counter(
+                r,
+                "shadow_calls_total",
+                "The shadow bot's Web API calls at the egress's shadow base, by outcome",
+                &["app", "outcome"],
+            ),
         }
     }
 }

@@ -21,6 +21,7 @@ mod notes;
 pub mod pauses;
 mod read;
 mod scripts;
+pub mod shadow;
 mod shards;
 mod turns;
 

@@ -129,3 +129,78 @@ mod tests {
         assert!(check_response_url("https://localhost/hook", &extra).is_err(), "port must match");
     }
 }
+
+/// The body of a command or interaction with every `response_url` in it (a command's field; an
+/// interaction's `response_url` and each of `response_urls`) replaced by `to` — what a shadow
+/// bot gets, so that its late answers reach the gateway, never Slack. `None` when the body is
+/// not such a form, or names none. Events carry none.
+pub fn with_response_url(body: &[u8], to: &str) -> Option<Vec<u8>> {
+    let pairs: Vec<(String, String)> =
+        form_urlencoded::parse(body).map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+    let mut changed = false;
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in &pairs {
+        let v = match k.as_str() {
+            "response_url" => {
+                changed = true;
+                to.to_string()
+            }
+            "payload" => {
+                let mut p = serde_json::from_str::<serde_json::Value>(v).unwrap_or_default();
+                match point_response_urls(&mut p, to) {
+                    true => {
+                        changed = true;
+                        p.to_string()
+                    }
+                    false => v.clone(),
+                }
+            }
+            _ => v.clone(),
+        };
+        out.append_pair(k, &v);
+    }
+    changed.then(|| out.finish().into_bytes())
+}
+
+/// Point an interaction payload's `response_url` and `response_urls[].response_url` at `to`;
+/// whether it named one.
+fn point_response_urls(p: &mut serde_json::Value, to: &str) -> bool {
+    let mut changed = false;
+    if let Some(u) = p.get_mut("response_url").filter(|u| u.is_string()) {
+        *u = to.into();
+        changed = true;
+    }
+    for entry in p.get_mut("response_urls").and_then(|u| u.as_array_mut()).into_iter().flatten() {
+        if let Some(u) = entry.get_mut("response_url").filter(|u| u.is_string()) {
+            *u = to.into();
+            changed = true;
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod shadow_tests {
+    use super::*;
+
+    #[test]
+    fn every_response_url_points_at_the_gateway_and_nothing_else_changes() {
+        let to = "http://127.0.0.1:3001/shadow/response/0-ab";
+        let cmd = b"command=%2Fdeploy&text=a+b%26c&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1%2F1%2Fx";
+        let out = String::from_utf8(with_response_url(cmd, to).unwrap()).unwrap();
+        let got: Vec<(String, String)> = form_urlencoded::parse(out.as_bytes()).into_owned().collect();
+        assert_eq!(got[0], ("command".into(), "/deploy".into()));
+        assert_eq!(got[1], ("text".into(), "a b&c".into()));
+        assert_eq!(got[2], ("response_url".into(), to.into()));
+        let payload = serde_json::json!({"type": "view_submission", "response_urls": [{"response_url": "https://hooks.slack.com/a", "channel_id": "C1"}]});
+        let form =
+            format!("payload={}", form_urlencoded::byte_serialize(payload.to_string().as_bytes()).collect::<String>());
+        let out = with_response_url(form.as_bytes(), to).unwrap();
+        let (_, p) = form_urlencoded::parse(&out).next().unwrap();
+        let p: serde_json::Value = serde_json::from_str(&p).unwrap();
+        assert_eq!(p["response_urls"][0]["response_url"], to);
+        assert_eq!(p["response_urls"][0]["channel_id"], "C1");
+        assert_eq!(with_response_url(b"payload=%7B%22type%22%3A%22block_suggestion%22%7D", to), None);
+        assert_eq!(with_response_url(br#"{"type":"event_callback"}"#, to), None);
+    }
+}

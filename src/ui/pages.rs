@@ -123,20 +123,25 @@ async fn overview(ctx: &Context<'_>) -> Result<Reply, Failure> {
             writes,
         });
     }
-    let pauses =
-        ctx.ops.pauses().await.map_err(|e| Failure { status: StatusCode::SERVICE_UNAVAILABLE, text: e.to_string() })?;
-    let pauses = pauses.into_iter().map(|p| {
-        let since = format!("{} UTC ({} ago)", crate::clock::hms(p.at_ms), age(now.saturating_sub(p.at_ms)));
-        (p, since, super::actions::once::nonce())
-    });
     let page = OverviewPage {
         nav: nav(Some(ctx.viewer), "overview"),
         apps,
-        pauses: pauses.collect(),
+        pauses: pause_rows(ctx, now).await?,
         can_act: ctx.can_act(),
         pause_nonce: super::actions::once::nonce(),
     };
     Ok(render(StatusCode::OK, &page))
+}
+
+/// The overview's pauses: each with when it began, and its resume form's nonce.
+async fn pause_rows(ctx: &Context<'_>, now: u64) -> Result<Vec<(crate::pauses::Pause, String, String)>, Failure> {
+    let pauses =
+        ctx.ops.pauses().await.map_err(|e| Failure { status: StatusCode::SERVICE_UNAVAILABLE, text: e.to_string() })?;
+    let rows = pauses.into_iter().map(|p| {
+        let since = format!("{} UTC ({} ago)", crate::clock::hms(p.at_ms), age(now.saturating_sub(p.at_ms)));
+        (p, since, super::actions::once::nonce())
+    });
+    Ok(rows.collect())
 }
 
 fn per_second(per_minute: u64) -> String {

@@ -43,8 +43,8 @@ impl Answer {
     }
 }
 
-/// One Web API call: `target` is `<method>` or `<method>?<query>`; the bearer token is
-/// [`TOKEN`] unless `headers` names another.
+/// One Web API call: `target` is `<method>` or `<method>?<query>` (or a whole path, from its
+/// `/`); the bearer token is [`TOKEN`] unless `headers` names another.
 pub async fn call(port: u16, target: &str, body: &str, headers: &[(&str, &str)]) -> Answer {
     try_call(port, target, body, headers).await.unwrap_or_else(|e| panic!("{target}: {e}"))
 }
@@ -52,7 +52,8 @@ pub async fn call(port: u16, target: &str, body: &str, headers: &[(&str, &str)])
 pub async fn try_call(port: u16, target: &str, body: &str, headers: &[(&str, &str)]) -> Result<Answer, String> {
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut b = hyper::Request::post(format!("http://127.0.0.1:{port}/api/{target}"))
+    let path = if target.starts_with('/') { target.to_string() } else { format!("/api/{target}") };
+    let mut b = hyper::Request::post(format!("http://127.0.0.1:{port}{path}"))
         .header("content-type", "application/x-www-form-urlencoded");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization")) {
         b = b.header("authorization", format!("Bearer {TOKEN}"));

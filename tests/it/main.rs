@@ -35,6 +35,7 @@ mod pauses;
 mod redis_locked;
 mod replies_record;
 mod sentinel;
+mod shadow;
 mod sim;
 mod socket_bots;
 mod socket_mode;

@@ -50,10 +50,12 @@ pub enum Outcome {
     /// A stream's call the gateway settled: the stream ended (its answer lost, or Slack's
     /// expiry) and the answer continued as edits of its message; the bot got `ok`.
     Continued,
+    /// A shadow bot's write, kept and answered by the gateway as Slack would; never sent.
+    Kept,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 17] = [
+    pub const ALL: [Outcome; 18] = [
         Outcome::Forwarded,
         Outcome::ReplayedKey,
         Outcome::ReplayedRetry,
@@ -71,6 +73,7 @@ impl Outcome {
         Outcome::SocketOpened,
         Outcome::FromRecord,
         Outcome::Continued,
+        Outcome::Kept,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -92,6 +95,7 @@ impl Outcome {
             Outcome::SocketOpened => "socket_opened",
             Outcome::FromRecord => "from_record",
             Outcome::Continued => "continued",
+            Outcome::Kept => "kept",
         }
     }
 }

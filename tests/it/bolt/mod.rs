@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::utils::*;
 
 pub(crate) mod payloads;
+mod shadow;
 use payloads::*;
 
 /// What Bolt logs when it answers 401 to a bad signature.
