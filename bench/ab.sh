@@ -7,6 +7,10 @@
 # median ratios B/A.
 #
 #   bench/ab.sh A_BINARY B_BINARY [SECONDS_PER_PHASE] [ROUNDS]     defaults 8 and 3
+#
+# AB_A_LINES and AB_B_LINES add lines to each side's [[app]] (the same binary twice then
+# compares two configs): @BOT@ is the bot's port, @EGRESS@ a free port, e.g. a shadow at share
+# 1.0 against none: AB_B_LINES=$'shadow = { upstream = "http://127.0.0.1:@BOT@" }\n[egress]\nlisten = "127.0.0.1:@EGRESS@"'.
 set -euo pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); SECS=${3:-8}; ROUNDS=${4:-3}; RATE=${AB_RATE:-1000}
 cd "$(dirname "$0")/.."
@@ -21,7 +25,9 @@ sleep 0.5
 run_one() { # binary label round → prints "closed_ok_s open_p99_ms open_ok_s"
   local gw=$1 name="$2$3" listen admin pid
   listen=$(port); admin=$(port)
-  bench_gateway "$gw" "$name" "$listen" "$admin" "$REDIS_PORT" "$NGINX_PORT" "{ max_in_flight = 64 }"
+  local lines
+  lines=$(app_lines "$2" "$NGINX_PORT")
+  bench_gateway "$gw" "$name" "$listen" "$admin" "$REDIS_PORT" "$NGINX_PORT" "{ max_in_flight = 64 }" "$lines"
   pid=$GW_PID
   local url="http://127.0.0.1:$listen/slack/events" closed open
   closed=$("$B" sim send --json --secret bench-secret --url "$url" --duration "$SECS" --concurrency 64 2>/dev/null | json "d['acked_per_s']")

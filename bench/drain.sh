@@ -8,6 +8,9 @@
 # then the median ratio B/A.
 #
 #   bench/drain.sh A_BINARY B_BINARY [DRAIN_EVENTS] [ROUNDS]     defaults 40000 and 3
+#
+# AB_A_LINES and AB_B_LINES add lines to each side's [[app]], as in bench/ab.sh (@BOT@: the
+# bot's port, which then gets the shadow's copies too, counted in its time to the last one).
 set -euo pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); N=${3:-40000}; ROUNDS=${4:-3}
 cd "$(dirname "$0")/.."
@@ -24,7 +27,7 @@ drain_one() { # binary label round → prints "backlog seconds per_s"
   local gw=$1 name="$2$3" listen admin bot pid recv
   listen=$(port); admin=$(port); bot=$(low_port)
   bench_gateway "$gw" "$name" "$listen" "$admin" "$REDIS_PORT" "$bot" \
-    '{ max_in_flight = 64, retry_initial = "100ms", retry_max = "1s" }'
+    '{ max_in_flight = 64, retry_initial = "100ms", retry_max = "1s" }' "$(app_lines "$2" "$bot")"
   pid=$GW_PID
   local mem0 mem1
   mem0=$(used_memory)

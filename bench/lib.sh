@@ -69,6 +69,15 @@ TOML
   return 1
 }
 
+# app_lines SIDE BOT_PORT: $AB_A_LINES (SIDE a) or $AB_B_LINES (b), @BOT@ made BOT_PORT and
+# @EGRESS@ a free port.
+app_lines() {
+  local lines
+  case $1 in a) lines=${AB_A_LINES:-} ;; *) lines=${AB_B_LINES:-} ;; esac
+  lines=${lines//@BOT@/$2}
+  echo "${lines//@EGRESS@/$(port)}"
+}
+
 # loadgen_bin: the path of ../shared/loadgen's binary (open loop at a fixed rate over kept-alive
 # connections, one request in flight on each, pre-signed requests from a TSV file; see its
 # README), built under target/ on first use. It is built from a copy whose hdrhistogram has no

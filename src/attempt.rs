@@ -372,75 +372,49 @@ async fn late_reply(client: &UpstreamClient, metrics: &Metrics, app: &str, to: &
     info!(target: "slackgate::audit", outcome = outcome.as_label(), detail, "late reply");
 }
 
-/// A delivery the app's shadow takes a copy of (`shadow = { … }`), owned: the copy is made in a
-/// task of its own, so the live bot's attempt never waits for it (see [`ShadowCopy::spawn`]).
-pub struct ShadowCopy {
-    pub app: std::sync::Arc<AppConfig>,
-    pub shared: std::sync::Arc<Shared>,
-    pub store: crate::outbox::Store,
-    pub prefix: String,
-    /// `[egress] listen`, where the shadow's `response_url` answers go (`/shadow/response/…`).
-    pub egress: String,
-    pub id: String,
-    pub body: Bytes,
-    pub content_type: String,
-    pub path: String,
+/// A delivery the app's shadow may take a copy of (`shadow = { … }`), as the live bot's
+/// attempt saw it. [`ShadowCopy::offer`] decides and queues; the delivery service's copier
+/// makes the copy, so the live bot's attempt never waits for it.
+pub struct ShadowCopy<'a> {
+    pub app: &'a AppConfig,
+    pub shared: &'a Shared,
+    pub id: &'a str,
+    pub body: &'a Bytes,
+    pub content_type: &'a str,
+    pub path: &'a str,
     pub kind: Kind,
-    pub detail: String,
-    pub team: Option<String>,
-    pub channel: Option<String>,
+    pub detail: &'a str,
+    pub team: Option<&'a str>,
+    pub channel: Option<&'a str>,
     pub received_ms: u64,
     /// Its conversation, encoded ('' when none).
     pub conversation: String,
-    /// `[redis] shards`: the lane's `max_backlog` is split among them.
-    pub shards: u16,
 }
 
-impl ShadowCopy {
-    /// Copy it to the shadow's lane when the shadow takes it (its `match`, its `share`), off
-    /// the caller's path: counted by outcome, never waited for.
-    pub fn spawn(self) {
+impl ShadowCopy<'_> {
+    /// Queue the copy when the app's shadow takes it (its `match`, its `share`); a full queue
+    /// drops it, counted and noted on the delivery.
+    pub fn offer(self) {
         let Some(shadow) = &self.app.shadow else { return };
-        let facts = crate::config::Facts {
-            kind: self.kind,
-            detail: &self.detail,
-            team: self.team.as_deref(),
-            channel: self.channel.as_deref(),
-        };
-        if !shadow.takes(&facts, &self.id) {
+        let facts =
+            crate::config::Facts { kind: self.kind, detail: self.detail, team: self.team, channel: self.channel };
+        if !shadow.takes(&facts, self.id) {
             return;
         }
-        tokio::spawn(async move { self.copy().await });
-    }
-
-    async fn copy(self) {
-        let Some(shadow) = &self.app.shadow else { return };
-        let shard: u16 = self.id.split_once('-').and_then(|(s, _)| s.parse().ok()).unwrap_or(0);
-        let lane = crate::outbox::ShardKeys::new(&self.prefix, &crate::config::shadow_lane_name(&self.app.name), shard);
-        let hook = format!("{}/shadow/response/{}", egress_base(&self.egress), self.id);
-        let body = slack::with_response_url(&self.body, &hook).map_or(self.body.clone(), Bytes::from);
-        let copy = crate::outbox::shadow::Copy {
-            id: &self.id,
-            body: &body,
-            content_type: &self.content_type,
-            path: &self.path,
+        let copy = crate::queue::shadow::Copy {
+            app: self.app.name.clone(),
+            id: self.id.to_string(),
+            body: self.body.clone(),
+            content_type: self.content_type.to_string(),
+            path: self.path.to_string(),
             kind: self.kind,
-            detail: &self.detail,
+            detail: self.detail.to_string(),
             received_ms: self.received_ms,
-            conversation: &self.conversation,
-            ttl: self.app.receipt_ttl,
+            conversation: self.conversation,
         };
-        let per_shard = (shadow.max_backlog / u64::from(self.shards.max(1))).max(1);
-        let outcome = match self.store.copy_to_shadow(&lane, &copy, per_shard).await {
-            Ok(c) => c.as_label(),
-            Err(e) => {
-                warn!(app = %self.app.name, delivery = %self.id, error = %e, "cannot copy a delivery to the shadow");
-                "failed"
-            }
-        };
-        self.shared.metrics.routes.shadow_copies.with_label_values(&[&self.app.name, outcome]).inc();
-        if outcome == "dropped" {
-            info!(target: "slackgate::audit", app = %self.app.name, delivery = %self.id, "shadow copy dropped: its lane is full");
+        if !self.shared.shadow.push(copy) {
+            self.shared.metrics.routes.shadow_copies.with_label_values(&[&self.app.name, "dropped"]).inc();
+            self.shared.history.step(&self.app.name, self.id, || crate::history::What::Shadow { outcome: "dropped" });
         }
     }
 }

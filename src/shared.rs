@@ -36,6 +36,8 @@ pub struct Shared {
     pub seen: Seen,
     /// The pauses as this process last read them (refreshed by the delivery workers).
     pub pauses: Pauses,
+    /// Copies for apps' shadow bots, queued for the delivery service's copier.
+    pub shadow: crate::queue::shadow::Copies,
     workers_running: AtomicBool,
 }
 
@@ -54,6 +56,7 @@ impl Shared {
             history,
             seen,
             pauses: Pauses::default(),
+            shadow: crate::queue::shadow::copies(),
             workers_running: AtomicBool::new(false),
         })
     }

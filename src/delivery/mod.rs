@@ -9,6 +9,7 @@
 mod finisher;
 mod housekeeping;
 mod reader;
+mod shadow;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,6 +184,7 @@ impl BackgroundService for DeliveryService {
         let client = Arc::new(UpstreamClient::new());
         warn_if_evicting(&store).await;
         let mut generations = self.live.subscribe();
+        tokio::spawn(shadow::copier(self.live.clone(), self.shared.clone(), store.clone(), shutdown.clone()));
         self.shared.set_workers_running(true);
         // One round per config generation: a reload stops the loops (attempts in flight go on
         // with the config they started with) and starts them for the new apps.

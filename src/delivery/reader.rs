@@ -55,6 +55,10 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 _ = stop.changed() => break,
             }
         }
+        // A shadow's lane waits while the ack path is pressed: the live bot's acks come first.
+        if s.is_lane() && !super::shadow::yield_to_acks(&s.shared, &mut stop).await {
+            break;
+        }
         let Some(permits) = take_permits(&s, &mut stop).await else { break };
         let Some(permits) = chores.run(&s, &reads, permits).await else { continue };
         let count = permits.num_permits();
@@ -291,6 +295,11 @@ impl Shard {
         Transport::of(upstream, &self.client, &*self.shared.bots)
     }
 
+    /// Whether this shard is a shadow's lane (`bot.shadow`).
+    fn is_lane(&self) -> bool {
+        crate::config::live_of_lane(&self.app.name).is_some()
+    }
+
     /// Whether the reader takes deliveries here now: a Socket Mode bot's deliveries are taken
     /// only by a process its socket is on (the others' attempts could only fail). With an
     /// entry of `upstreams` going over HTTP, every process reads.
@@ -362,7 +371,7 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
     }
     let route = route_of(&s.app, &stored, &place);
     if stored.retries == 0 {
-        copy_to_shadow(s, &lease, &stored, place);
+        copy_to_shadow(s, &lease, &stored, &place);
     }
     let slot = tokio::select! {
         slot = s.route_slot(&route) => slot,
@@ -413,31 +422,29 @@ async fn still_paused(s: &Shard, place: &Place) -> Option<Pause> {
 
 /// The app's shadow gets a copy of the delivery (when it takes it), made off this attempt's
 /// path: every round of first attempts offers it (a copy made before is absorbed).
-fn copy_to_shadow(s: &Shard, lease: &Lease, stored: &Stored, place: Place) {
-    let (Some(_), Some(egress)) = (&s.app.shadow, &s.egress) else { return };
+fn copy_to_shadow(s: &Shard, lease: &Lease, stored: &Stored, place: &Place) {
+    if s.app.shadow.is_none() || s.egress.is_none() {
+        return;
+    }
     let conversation = match &stored.conversation {
         Kept::Some(c) => c.encode(),
         _ => String::new(),
     };
     attempt::ShadowCopy {
-        app: s.app.clone(),
-        shared: s.shared.clone(),
-        store: s.store.clone(),
-        prefix: s.prefix.to_string(),
-        egress: egress.to_string(),
-        id: lease.delivery.clone(),
-        body: stored.body.clone(),
-        content_type: stored.content_type.clone(),
-        path: stored.path.clone(),
+        app: &s.app,
+        shared: &s.shared,
+        id: &lease.delivery,
+        body: &stored.body,
+        content_type: &stored.content_type,
+        path: &stored.path,
         kind: stored.kind,
-        detail: stored.detail.clone(),
-        team: place.team,
-        channel: place.channel,
+        detail: &stored.detail,
+        team: place.team.as_deref(),
+        channel: place.channel.as_deref(),
         received_ms: stored.received_ms,
         conversation,
-        shards: s.shards,
     }
-    .spawn();
+    .offer();
 }
 
 /// Put a delivery a pause holds to wait until it ends (off the stream, no attempt counted).

@@ -61,6 +61,7 @@ pub(super) async fn call(ctx: &Arc<Ctx>, call: Call, session: &mut ServerSession
                 key: "none",
                 ts,
                 took_ms: started.elapsed().as_millis() as u64,
+                bytes: call.body.len() as u64,
             };
             ctx.shared.history.step(app, delivery, || crate::history::What::Wrote(wrote));
             count(ctx, app, "kept");
@@ -88,6 +89,7 @@ pub(super) async fn response(ctx: &Arc<Ctx>, delivery: &str, body_len: usize) ->
             key: "none",
             ts: String::new(),
             took_ms: 0,
+            bytes: body_len as u64,
         };
         ctx.shared.history.step(&app, delivery, || crate::history::What::Wrote(wrote));
     }

@@ -214,6 +214,7 @@ fn remember_write(ctx: &Ctx, source: &Attributed, w: &Write, reply: &Reply, took
             key: if w.call.idempotency_key.is_some() { "idempotency_key" } else { "digest" },
             ts,
             took_ms: took.as_millis() as u64,
+            bytes: w.call.body.len() as u64,
         })
     });
 }

@@ -155,6 +155,8 @@ pub fn describe(e: &Value) -> String {
         "attempt" => attempt(e),
         "held" => "held: an earlier turn of its thread is still running".into(),
         "paused" => format!("paused: held until the pause of {} ends", s("pause")),
+        "shadow" if s("outcome") == "dropped" => "not copied to the shadow bot: its lane was full (max_backlog)".into(),
+        "shadow" => "copied to the shadow bot".into(),
         "resumed" => "resumed: its pause ended; it waits for the bot as if it had just arrived".into(),
         "replayed" => match s("as").as_str() {
             "" => "replayed by an operator: back on the outbox".into(),

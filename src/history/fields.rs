@@ -58,6 +58,9 @@ pub fn line(note: &Note) -> String {
             serde_json::to_string(&serde_json::json!({ "what": "paused", "at": at, "pause": pause }))
         }
         What::Resumed => serde_json::to_string(&serde_json::json!({ "what": "resumed", "at": at })),
+        What::Shadow { outcome } => {
+            serde_json::to_string(&serde_json::json!({ "what": "shadow", "at": at, "outcome": outcome }))
+        }
         What::Superseded { by } => {
             serde_json::to_string(&serde_json::json!({ "what": "superseded", "at": at, "by": by }))
         }
@@ -81,7 +84,7 @@ fn egress_line(what: &What, at: u64) -> Result<String, serde_json::Error> {
             "bytes": e.bytes, "ending": e.ending })),
         What::Wrote(w) => serde_json::to_string(&serde_json::json!({
             "what": "wrote", "at": at, "method": w.method, "channel": w.channel, "outcome": w.outcome,
-            "key": w.key, "ts": w.ts, "took_ms": w.took_ms })),
+            "key": w.key, "ts": w.ts, "took_ms": w.took_ms, "bytes": w.bytes })),
         _ => Ok(String::new()),
     }
 }
@@ -184,6 +187,7 @@ impl Folded {
             "held" => self.set("status", "held"),
             "paused" => self.set("status", "paused"),
             "resumed" => self.set("status", "waiting"),
+            "shadow" => self.set("shadow", text("outcome")),
             "superseded" => self.set("status", "superseded"),
             "replayed" if text("as").is_empty() => self.set("status", "waiting"),
             "wrote" if text("outcome") == "kept_shadow" => {

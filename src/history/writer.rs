@@ -297,6 +297,7 @@ fn counted(what: &What) -> Vec<&'static str> {
         | What::Superseded { .. }
         | What::Paused { .. }
         | What::Resumed
+        | What::Shadow { .. }
         | What::Replayed { .. }
         | What::Stream(_) => vec![],
     }

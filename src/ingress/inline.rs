@@ -47,8 +47,8 @@ pub struct InlineJob {
     pub content_type: String,
     pub body: Bytes,
     pub received_ms: u64,
-    /// With a shadow: `[redis] key_prefix`, `[egress] listen` and `[redis] shards`, for its copy.
-    pub shadow_at: Option<(String, String, u16)>,
+    /// Whether the app's shadow may take a copy (it has one, and the egress is on).
+    pub shadow: bool,
 }
 
 /// Run the attempt; answer Slack with the bot's own answer if it comes within `budget`.
@@ -102,29 +102,27 @@ async fn attempt(job: InlineJob, slack: oneshot::Sender<Option<Response>>) {
 }
 
 impl InlineJob {
-    /// The shadow's copy, made once the live bot's inline attempt is over (the shadow gets
+    /// The shadow's copy, offered once the live bot's inline attempt is over (the shadow gets
     /// inline payloads in the background; its answer never reaches Slack).
     fn copy_to_shadow(&self) {
-        let Some((prefix, egress, shards)) = &self.shadow_at else { return };
+        if !self.shadow {
+            return;
+        }
         attempt::ShadowCopy {
-            app: self.app.clone(),
-            shared: self.shared.clone(),
-            store: self.store.clone(),
-            prefix: prefix.clone(),
-            egress: egress.clone(),
-            id: self.id.clone(),
-            body: self.body.clone(),
-            content_type: self.content_type.clone(),
-            path: self.path.clone(),
+            app: &self.app,
+            shared: &self.shared,
+            id: &self.id,
+            body: &self.body,
+            content_type: &self.content_type,
+            path: &self.path,
             kind: self.kind,
-            detail: self.detail.clone(),
-            team: self.team.clone(),
-            channel: self.channel.clone(),
+            detail: &self.detail,
+            team: self.team.as_deref(),
+            channel: self.channel.as_deref(),
             received_ms: self.received_ms,
             conversation: String::new(),
-            shards: *shards,
         }
-        .spawn();
+        .offer();
     }
 
     /// The bot it goes to: the first entry of `upstreams` that matches, else the app's own.

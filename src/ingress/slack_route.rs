@@ -438,7 +438,7 @@ impl Ingress {
             content_type: String::from_utf8_lossy(&v.content_type).into_owned(),
             body: v.body,
             received_ms,
-            shadow_at: self.shadow_at(app),
+            shadow: app.shadow.is_some() && self.config.egress.listen.is_some(),
         };
         // However long the record took, the answer still leaves inside Slack's 3 s.
         let arrived = deadline.checked_sub(self.config.server.ack_budget).unwrap_or(deadline);
@@ -447,12 +447,6 @@ impl Ingress {
 }
 
 impl Ingress {
-    /// Where the app's shadow takes its copy of an inline payload (see `InlineJob`).
-    fn shadow_at(&self, app: &AppConfig) -> Option<(String, String, u16)> {
-        let (_, egress) = (app.shadow.as_ref()?, self.config.egress.listen.as_ref()?);
-        Some((self.config.redis.key_prefix.clone(), egress.clone(), self.config.redis.shards))
-    }
-
     /// An inline payload a pause holds: answered with the app's `pause_answer` now, delivered
     /// by the workers when the pause ends (it waits in the schedule, as one whose inline
     /// attempt failed does).

@@ -98,6 +98,8 @@ pub enum What {
     Paused { pause: String },
     /// Its pause ended: it waits for the bot again, as if it had just arrived.
     Resumed,
+    /// Its copy for the app's shadow bot: `copied`, or `dropped` (the shadow's lane was full).
+    Shadow { outcome: &'static str },
     /// A write the bot made through the egress, attributed to this delivery.
     Wrote(Write),
     /// A stream of the bot's answer ended: how, after how many appends and bytes.
@@ -179,6 +181,8 @@ pub struct Write {
     pub ts: String,
     /// How long it took at the egress: the channel's pace, Slack's `Retry-After`, the call.
     pub took_ms: u64,
+    /// The size of the bot's call (its body).
+    pub bytes: u64,
 }
 
 /// The bit of a delivery id's nonce that says its history is kept in full (the first hex

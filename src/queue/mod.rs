@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 pub mod history;
 pub mod seen;
+pub mod shadow;
 pub mod writer;
 
 /// A bounded queue into one writer.

@@ -238,6 +238,8 @@ struct DeliveriesPage<'a> {
     waits: &'static [(&'static str, &'static str)],
     f: FormFilter,
     rows: Vec<Row>,
+    /// Of the rows copied to an app's shadow: who answered, how fast.
+    shadow: Vec<query::ShadowStats>,
     any_filter: bool,
     more: bool,
     live: bool,
@@ -262,6 +264,7 @@ pub const STATUSES: &[&str] = &[
     "superseded",
     "expired",
     "cancelled",
+    "shadow_differs",
 ];
 pub const SPANS: &[(&str, &str)] =
     &[("", "any time"), ("15m", "15 minutes"), ("1h", "1 hour"), ("6h", "6 hours"), ("24h", "24 hours")];
@@ -283,6 +286,7 @@ async fn deliveries(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> 
         false => query::Page::default(),
     };
     let rows: Vec<Row> = page.rows.iter().map(Row::from).collect();
+    let shadow = page.shadow.clone();
     let any_filter = form.any();
     if req.param("rows").is_some() {
         return Ok(render(StatusCode::OK, &RowsPart { rows, any_filter }));
@@ -305,6 +309,7 @@ async fn deliveries(ctx: &Context<'_>, req: &Request) -> Result<Reply, Failure> 
         now_ms,
         f: form,
         rows,
+        shadow,
         any_filter,
         more: page.more,
     };
@@ -340,6 +345,75 @@ struct DeliveryPage<'a> {
     /// Each form's one-time token: sent twice, it acts once.
     replay_nonce: String,
     purge_nonce: String,
+    /// With a copy for the app's shadow: both bots' answers.
+    side_by_side: Option<SideBySide>,
+}
+
+/// The live bot's and its shadow's answers to one delivery: what each wrote, how much, and
+/// how long after the delivery arrived each first answered.
+pub struct SideBySide {
+    pub copy: String,
+    /// The shadow's own delivery: its status and attempts (its lane's history).
+    pub shadow_delivery: String,
+    pub live: Answers,
+    pub shadow: Answers,
+}
+
+#[derive(Default)]
+pub struct Answers {
+    pub writes: usize,
+    pub methods: String,
+    pub bytes: u64,
+    pub first: String,
+}
+
+impl Answers {
+    fn of<'a>(writes: impl Iterator<Item = &'a serde_json::Value>, received: u64) -> Answers {
+        let (mut n, mut methods, mut bytes, mut first) = (0, Vec::<String>::new(), 0, None);
+        for w in writes {
+            n += 1;
+            let method = w["method"].as_str().unwrap_or_default().to_string();
+            if !methods.contains(&method) {
+                methods.push(method);
+            }
+            bytes += w["bytes"].as_u64().unwrap_or(0);
+            first = first.or(w["at"].as_u64());
+        }
+        let first = first.map_or_else(|| "no answer".into(), |at| format!("after {} ms", at.saturating_sub(received)));
+        Answers { writes: n, methods: methods.join(", "), bytes, first }
+    }
+}
+
+/// Both answers, when the delivery was copied to the app's shadow.
+async fn side_by_side(ctx: &Context<'_>, app: &str, d: &query::Detail) -> Result<Option<SideBySide>, Failure> {
+    let copy = d.summary.get("shadow");
+    if copy.is_empty() {
+        return Ok(None);
+    }
+    let wrote = |shadow: bool| {
+        d.timeline.iter().filter(move |e| {
+            let outcome = e["outcome"].as_str().unwrap_or_default();
+            e["what"] == "wrote"
+                && (outcome == "kept_shadow") == shadow
+                && (shadow || crate::history::fields::answers(outcome))
+        })
+    };
+    let received = d.summary.received();
+    let config = ctx.ops.config();
+    let lane = crate::config::shadow_lane_name(app);
+    let mut conn = ctx.ops.conn();
+    let shadow =
+        query::show(&mut conn, &config.redis.key_prefix, &lane, &d.summary.id).await.map_err(Failure::redis)?;
+    let shadow_delivery = shadow.map_or_else(
+        || "not yet sent to the shadow".to_string(),
+        |s| format!("{} after {} attempt(s)", s.summary.get("status"), s.summary.get("attempts")),
+    );
+    Ok(Some(SideBySide {
+        copy: copy.to_string(),
+        shadow_delivery,
+        live: Answers::of(wrote(false), received),
+        shadow: Answers::of(wrote(true), received),
+    }))
 }
 
 async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failure> {
@@ -360,6 +434,7 @@ async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failu
     let start = s.received();
     let timeline = d.timeline.iter().map(|e| entry(e, start)).collect();
     let status = s.get("status").to_string();
+    let side_by_side = side_by_side(ctx, app, &d).await?;
     let page = DeliveryPage {
         nav: nav(Some(ctx.viewer), "deliveries"),
         app: app.into(),
@@ -375,6 +450,7 @@ async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failu
         show_text: config.ui.show_text,
         replay_nonce: super::actions::once::nonce(),
         purge_nonce: super::actions::once::nonce(),
+        side_by_side,
         status,
     };
     Ok(render(StatusCode::OK, &page))

@@ -106,6 +106,37 @@ async fn the_shadow_gets_a_copy_and_its_writes_are_kept_never_posted() {
     .await;
     assert_eq!(shown["summary"]["fields"]["shadow_replies"], "4", "{shown}");
     assert_eq!(shown["summary"]["fields"]["replies"], "1", "the live bot's one: {shown}");
+    // The page shows both answers side by side.
+    let page = crate::ui::page(r.gw.admin_port, &format!("/ui/d/bot/{id}"), "", None).await;
+    assert!(page.body.contains("The live bot and its shadow"), "{}", page.body);
+    assert!(
+        page.body.contains("chat.postMessage, chat.startStream, chat.appendStream, chat.stopStream"),
+        "{}",
+        page.body
+    );
+    // A second mention only the live bot answers: the list's "shadow differs" has it alone, and
+    // the list's stats count both.
+    let ts2 = "1700000400.000200";
+    assert_eq!(send(r.gw.port, Req::signed("/slack/events", mention("EvShadow2", ts2), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(10), || r.shadow.count() == 2).await);
+    assert!(call(r.gw.egress_port, "chat.postMessage", &format!("channel=C1&thread_ts={ts2}&text=only+live"), &[])
+        .await
+        .ok());
+    let mut listed = Value::Null;
+    until(Duration::from_secs(10), async || {
+        listed = cli(&r.gw, &["deliveries", "--status", "shadow_differs"]);
+        listed["rows"].as_array().is_some_and(|rows| rows.len() == 1)
+    })
+    .await;
+    assert_eq!(listed["rows"][0]["fields"]["ts"], ts2, "{listed}");
+    let all = cli(&r.gw, &["deliveries"]);
+    let st = &all["shadow"][0];
+    assert_eq!(
+        (st["copied"].as_u64(), st["both"].as_u64(), st["only_live"].as_u64()),
+        (Some(2), Some(1), Some(1)),
+        "{all}"
+    );
+    assert!(st["live_p50_ms"].is_u64() && st["shadow_p50_ms"].is_u64(), "{all}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -302,3 +302,31 @@ async fn a_reload_keeps_the_sockets_it_does_not_change() {
     assert!(rig.slack.wait_open(2, WAIT).await, "the new count was not opened:\n{}", rig.gw.log());
     assert_eq!(bot.count(), 0);
 }
+
+/// Issue 35: `upstreams` hold for what arrives over the socket too — a command's ack carries
+/// the answer of the bot its entry names, an event goes to the app's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_by_kind_hold_over_the_socket_too() {
+    let (events_bot, commands_bot) = (Receiver::start(SECRET).await, Receiver::start(SECRET).await);
+    commands_bot.set_default(Reply::status(200).body("application/json", r#"{"text":"from the commands bot"}"#));
+    let redis = RedisServer::start();
+    let slack = FakeSocket::start(XAPP).await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("sockroutes"), &events_bot.url());
+    cfg.app = format!(
+        "socket_mode = {{ app_token = \"${{SG_XAPP}}\", connections = 1, api_url = \"{}\" }}\nupstreams = [{{ match = {{ kinds = [\"command\"] }}, upstream = \"{}\" }}]",
+        slack.api_url(),
+        commands_bot.url()
+    );
+    let gw = Gateway::start_with_env(&cfg, &[("SG_XAPP", XAPP)]).await;
+    assert!(slack.wait_open(1, WAIT).await, "the gateway's socket:\n{}", gw.log());
+    let command = form_object(&payloads::slash_command("/deploy", "prod", "TrSockRoute"));
+    let id = slack.send("slash_commands", command, true);
+    let ack = slack.wait_ack(&id, WAIT).await.expect("the command's ack");
+    assert_eq!(ack.payload.as_ref().map(|p| p["text"].clone()), Some("from the commands bot".into()), "{ack:?}");
+    let id = slack.send("events_api", event_payload("EvSockRoute"), false);
+    assert!(slack.wait_ack(&id, WAIT).await.is_some());
+    assert!(eventually(WAIT, || events_bot.count() == 1).await, "{}", gw.log());
+    assert!(outbox_idle(gw.admin_port, WAIT).await);
+    assert_eq!((events_bot.count(), commands_bot.count()), (1, 1));
+    assert!(String::from_utf8_lossy(&events_bot.received()[0].body).contains("EvSockRoute"));
+}
