@@ -7,7 +7,7 @@
 //! behind it is `socket`'s), and the history's and seen's queues from [`crate::queue`] (their
 //! writers are theirs).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::drain::Drain;
@@ -17,6 +17,9 @@ use crate::pressure::Pressure;
 use crate::queue::history::History;
 use crate::queue::seen::Seen;
 use crate::upstream::SocketBots;
+
+/// How long after a full read the live workers count as busy.
+const LIVE_BUSY_MS: u64 = 200;
 
 pub struct Shared {
     pub metrics: Metrics,
@@ -38,6 +41,9 @@ pub struct Shared {
     pub pauses: Pauses,
     /// Copies for apps' shadow bots, queued for the delivery service's copier.
     pub shadow: crate::queue::shadow::Copies,
+    /// Until when (ms) the live bots' workers are busy: a read found as many deliveries as it
+    /// had slots for. The shadow's work waits meanwhile (its copies queue, its lanes idle).
+    live_busy_until: AtomicU64,
     workers_running: AtomicBool,
 }
 
@@ -57,6 +63,7 @@ impl Shared {
             seen,
             pauses: Pauses::default(),
             shadow: crate::queue::shadow::copies(),
+            live_busy_until: AtomicU64::new(0),
             workers_running: AtomicBool::new(false),
         })
     }
@@ -64,6 +71,16 @@ impl Shared {
     /// Whether this process's delivery workers are running, for `/readyz`.
     pub fn workers_running(&self) -> bool {
         self.workers_running.load(Ordering::Relaxed)
+    }
+
+    /// A live bot's reader found work for every slot it had: busy for a moment.
+    pub fn live_busy(&self) {
+        self.live_busy_until.store(crate::clock::now_ms() + LIVE_BUSY_MS, Ordering::Relaxed);
+    }
+
+    /// Whether the live bots' workers were busy a moment ago.
+    pub fn live_is_busy(&self) -> bool {
+        self.live_busy_until.load(Ordering::Relaxed) > crate::clock::now_ms()
     }
 
     pub fn set_workers_running(&self, running: bool) {

@@ -110,14 +110,7 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
         if page.more {
             out!("(more match: narrow the filter or raise --limit)");
         }
-        for st in &page.shadow {
-            let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
-            out!(
-                "{} and its shadow, of {} listed copied to it: both answered {}, only live {}, only shadow {}, neither {}; first answer p50/p90 live {}/{}, shadow {}/{}",
-                st.app, st.copied, st.both, st.only_live, st.only_shadow, st.neither,
-                ms(st.live_p50_ms), ms(st.live_p90_ms), ms(st.shadow_p50_ms), ms(st.shadow_p90_ms)
-            );
-        }
+        print_shadow_stats(&page.shadow);
         Ok(())
     })
 }
@@ -181,5 +174,26 @@ fn print_detail(d: &query::Detail) {
     }
     if let Some(body) = &d.body {
         out!("\n{body}");
+    }
+}
+
+/// The list's word on the shadow: of the rows copied to it, who answered, how fast.
+fn print_shadow_stats(stats: &[crate::history::query::ShadowStats]) {
+    let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+    for st in stats {
+        out!(
+            "{} and its shadow, of {} listed copied to it: both answered {}, only live {}, only shadow {}, neither {}; \
+             first answer p50/p90 live {}/{}, shadow {}/{}",
+            st.app,
+            st.copied,
+            st.both,
+            st.only_live,
+            st.only_shadow,
+            st.neither,
+            ms(st.live_p50_ms),
+            ms(st.live_p90_ms),
+            ms(st.shadow_p50_ms),
+            ms(st.shadow_p90_ms)
+        );
     }
 }

@@ -76,6 +76,9 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
         match leases {
             Ok(leases) => {
                 pause = Duration::from_millis(100);
+                if !s.is_lane() && count > 1 && leases.len() >= count {
+                    s.shared.live_busy();
+                }
                 spawn_attempts(&s, leases, permits).await;
             }
             Err(e) => {

@@ -1,8 +1,9 @@
 //! The copier of this process: it takes the copies the workers and the ingress queued for
 //! apps' shadow bots (`queue::shadow`) and records each on its app's shadow lane — its
 //! `response_url` pointed at the gateway, its receipt absorbing a copy made before, dropped
-//! (counted) past the shadow's `max_backlog`. Acks come first: while the ack path is pressed
-//! the copier waits (its queue drops what does not fit), as the lanes' readers do.
+//! (counted) past the shadow's `max_backlog`. The live bot comes first: while the ack path
+//! is pressed or the live workers are busy, the copier waits (its queue drops what does not
+//! fit), as the lanes' readers do.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,10 +58,11 @@ pub(super) async fn yield_to_acks(shared: &Shared, stop: &mut watch::Receiver<bo
     true
 }
 
-/// Whether the ack path is pressed at all (the live workers slow down then; the shadow's work
-/// waits).
+/// Whether the live side wants the machine: the ack path is pressed at all (the live
+/// workers slow down then), or the live workers had work for every slot a moment ago. The
+/// shadow's work waits meanwhile.
 pub(super) fn pressed(shared: &Shared) -> bool {
-    shared.pressure.allowed(2) < 2
+    shared.pressure.allowed(2) < 2 || shared.live_is_busy()
 }
 
 async fn copy_one(config: Arc<Config>, shared: Arc<Shared>, store: Store, q: Queued) {

@@ -53,20 +53,12 @@ pub fn line(note: &Note) -> String {
             next_retry_ms: a.next_retry_ms,
             by: &a.by,
         }),
-        What::Held => serde_json::to_string(&serde_json::json!({ "what": "held", "at": at })),
-        What::Paused { pause } => {
-            serde_json::to_string(&serde_json::json!({ "what": "paused", "at": at, "pause": pause }))
-        }
-        What::Resumed => serde_json::to_string(&serde_json::json!({ "what": "resumed", "at": at })),
-        What::Shadow { outcome } => {
-            serde_json::to_string(&serde_json::json!({ "what": "shadow", "at": at, "outcome": outcome }))
-        }
-        What::Superseded { by } => {
-            serde_json::to_string(&serde_json::json!({ "what": "superseded", "at": at, "by": by }))
-        }
-        What::Replayed { as_id } => {
-            serde_json::to_string(&serde_json::json!({ "what": "replayed", "at": at, "as": as_id }))
-        }
+        What::Held
+        | What::Paused { .. }
+        | What::Resumed
+        | What::Shadow { .. }
+        | What::Superseded { .. }
+        | What::Replayed { .. } => step_line(&note.what, at),
         What::Stream(_) | What::Wrote(_) => egress_line(&note.what, at),
         What::Answered { status, ack_ms, kind } => serde_json::to_string(&serde_json::json!({
             "what": "answered", "at": at, "status": status, "ack_ms": ack_ms, "kind": kind })),
@@ -74,6 +66,21 @@ pub fn line(note: &Note) -> String {
     .unwrap_or_default();
     out.push('\n');
     out
+}
+
+/// The steps of a delivery between its attempts: held for a turn or a pause, resumed, copied
+/// to the shadow, superseded, replayed.
+fn step_line(what: &What, at: u64) -> Result<String, serde_json::Error> {
+    let v = match what {
+        What::Held => serde_json::json!({ "what": "held", "at": at }),
+        What::Paused { pause } => serde_json::json!({ "what": "paused", "at": at, "pause": pause }),
+        What::Resumed => serde_json::json!({ "what": "resumed", "at": at }),
+        What::Shadow { outcome } => serde_json::json!({ "what": "shadow", "at": at, "outcome": outcome }),
+        What::Superseded { by } => serde_json::json!({ "what": "superseded", "at": at, "by": by }),
+        What::Replayed { as_id } => serde_json::json!({ "what": "replayed", "at": at, "as": as_id }),
+        _ => return Ok(String::new()),
+    };
+    serde_json::to_string(&v)
 }
 
 /// The egress's steps of a delivery: a write of the bot's, its stream's end.
