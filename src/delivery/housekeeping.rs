@@ -123,8 +123,9 @@ pub(super) async fn refresh_pauses(
     loop {
         match store.pauses(&prefix).await {
             Ok(all) => {
+                let before = shared.pauses.snapshot();
                 if shared.pauses.set(all) {
-                    debug!("the pauses changed");
+                    audit_changes(&before, &shared.pauses.snapshot());
                 }
                 let now = shared.pauses.snapshot();
                 let m = &shared.metrics.routes;
@@ -141,6 +142,19 @@ pub(super) async fn refresh_pauses(
             _ = tokio::time::sleep(crate::pauses::REFRESH) => {}
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// Each pause this process sees begin or end, as an audit line (whoever set it: the CLI, the
+/// admin API, the pages, another replica).
+fn audit_changes(before: &crate::pauses::Snapshot, now: &crate::pauses::Snapshot) {
+    let all = |s: &crate::pauses::Snapshot| s.by_app.values().flatten().cloned().collect::<Vec<_>>();
+    let (was, is) = (all(before), all(now));
+    for p in is.iter().filter(|p| !was.contains(p)) {
+        info!(target: "slackgate::audit", app = %p.app, team = %p.team, channel = %p.channel, by = %p.by, "pause");
+    }
+    for p in was.iter().filter(|p| !is.contains(p)) {
+        info!(target: "slackgate::audit", app = %p.app, team = %p.team, channel = %p.channel, paused_by = %p.by, "resume");
     }
 }
 

@@ -103,6 +103,8 @@ async fn a_paused_channel_gets_nothing_while_others_flow_and_gets_each_once_in_o
     assert_eq!((status, answer["new"].as_bool()), (200, Some(true)), "{answer}");
     assert_eq!(admin_post(&gw, "/pauses/bot/pause?channel=C9&by=bob").await.1["new"], false, "twice acts once");
     sees_pauses(&gw, 1.0).await;
+    let audited = || gw.log().lines().any(|l| l.contains(" pause app=bot team=* channel=C9 by=alice"));
+    assert!(eventually(Duration::from_secs(5), audited).await, "the audit line: {}", gw.log());
     let held: Vec<String> = (0..5).map(|i| format!("EvHeld{i}")).collect();
     send_all(&[gw.port], &held, "C9").await;
     send_all(&[gw.port], &["EvFlow1".into(), "EvFlow2".into()], "C1").await;
@@ -195,4 +197,31 @@ async fn paused_time_does_not_count_toward_give_up_after() {
     assert!(eventually(Duration::from_secs(10), || bot.count() == 2).await, "retried, not given up: {}", gw.log());
     let dead = r#"slackgate_deliveries_total{app="bot",outcome="dead"}"#;
     assert_eq!(metric(gw.admin_port, dead).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_held_past_its_response_urls_life_is_parked_as_expired_not_sent() {
+    let (redis, bot) = (RedisServer::start(), Receiver::start(SECRET).await);
+    let cfg = config(&redis, "pauseold", &bot);
+    let gw = start(&cfg).await;
+    assert_eq!(admin_post(&gw, "/pauses/bot/pause").await.0, 200);
+    sees_pauses(&gw, 1.0).await;
+    let form = b"team_id=T1&channel_id=C1&user_id=U1&command=%2Fdeploy&text=prod&trigger_id=8.8.p".to_vec();
+    assert_eq!(send(gw.port, Req::signed("/slack/events", form, SECRET)).await.0, 200);
+    assert!(until(Duration::from_secs(10), async || paused_waiting(&gw).await == 1).await, "{}", gw.log());
+    // Received 31 minutes ago, as if the pause had lasted that long.
+    let records: Vec<String> = redis.keys(&format!("{{{}:bot:*}}:d:*", cfg.prefix));
+    assert_eq!(records.len(), 1, "{records:?}");
+    let long_ago =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 - 31 * 60_000;
+    let _: () = redis::cmd("HSET").arg(&records[0]).arg("rcv").arg(long_ago).query(&mut redis.conn()).unwrap();
+    assert_eq!(admin_post(&gw, "/pauses/bot/resume").await.0, 200);
+    let dead = |st: &serde_json::Value| st[0]["dead"].as_u64() == Some(1);
+    assert!(
+        until(Duration::from_secs(10), async || dead(&outbox_stats(gw.admin_port, Some(TOKEN)).await)).await,
+        "{}",
+        gw.log()
+    );
+    assert_eq!(bot.count(), 0, "never sent: its response_url is dead");
+    assert!(gw.log().contains("expired while paused"), "{}", gw.log());
 }
