@@ -185,10 +185,11 @@ pub(crate) fn init_series(shared: &Shared, config: &Config) {
             .chain(app.upstreams.iter().map(|r| r.label.as_str()))
             .collect();
         shared.metrics.init_routes(&app.name, &routes, &labels.delivery_outcomes);
+        // Every app's shadow series at zero (its dashboard panels read 0 without a shadow); the
+        // shadow's lane, an app of its own to the delivery series, when it has one.
+        shared.metrics.init_shadow(&app.name);
         if app.shadow.is_some() {
-            // The shadow's lane is an app of its own to the delivery series.
             shared.metrics.init_app(&crate::config::shadow_lane_name(&app.name), &labels);
-            shared.metrics.init_shadow(&app.name);
         }
         shared.metrics.init_socket(&app.name, socket(app), &labels);
     }
