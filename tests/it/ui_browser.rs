@@ -179,3 +179,85 @@ async fn an_ended_session_takes_the_open_list_to_the_login() {
     b.wait_for("input[name=token]", LIMIT).await;
     assert!(!b.exists("#rows").await, "the login is a page of its own, not rows of the table");
 }
+
+/// Issue 35 in a real browser: a delivery's page shows the live bot's answer and its shadow's
+/// side by side, and the list's "shadow differs" finds the one only the live bot answered;
+/// the overview's pause and resume buttons hold and release a channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_compares_the_shadow_and_pauses_a_channel() {
+    let redis = RedisServer::start();
+    let slack = FakeSlack::start().await;
+    let (bot, shadow) = (Receiver::start(SECRET).await, Receiver::start(SECRET).await);
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("uibrshadow"), &bot.url());
+    cfg.server = "admin_token = \"${SG_ADMIN_TOKEN}\"".into();
+    cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
+    cfg.app = format!("shadow = {{ upstream = \"{}\" }}", shadow.url());
+    let gw = Gateway::start_with_env(&cfg, &[("SG_ADMIN_TOKEN", ADMIN)]).await;
+    let base = format!("http://127.0.0.1:{}", gw.admin_port);
+    let b = Browser::start().await;
+    log_in(&b, &base).await;
+
+    // Both bots answer the first mention; only the live bot the second.
+    let (ts1, ts2) = ("1700000800.000100", "1700000800.000200");
+    for (id, ts) in [("EvBrSh1", ts1), ("EvBrSh2", ts2)] {
+        assert_eq!(send(gw.port, Req::signed("/slack/events", mention(id, ts, "C1"), SECRET)).await.0, 200);
+    }
+    assert!(eventually(LIMIT, || bot.count() == 2 && shadow.count() == 2).await, "{}", gw.log());
+    for ts in [ts1, ts2] {
+        let live = call(gw.egress_port, "chat.postMessage", &format!("channel=C1&thread_ts={ts}&text=live"), &[]).await;
+        assert!(live.ok(), "{}", live.body);
+    }
+    let kept =
+        call(gw.egress_port, "/shadow/api/chat.postMessage", &format!("channel=C1&thread_ts={ts1}&text=shadow"), &[])
+            .await;
+    assert!(kept.ok(), "{}", kept.body);
+    assert_eq!(slack.posts().len(), 2, "only the live bot's posts reached Slack");
+
+    let first =
+        until_page(&b, &format!("{base}/ui/deliveries?q={ts1}"), "the first listed", |p| p.contains("href=\"/ui/d/"))
+            .await;
+    let href = first.split("href=\"/ui/d/").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let page = until_page(&b, &format!("{base}/ui/d/{href}"), "both answers", |p| {
+        p.contains("The live bot and its shadow") && p.contains("the shadow bot wrote chat.postMessage")
+    })
+    .await;
+    let table = b.text("table.side-by-side").await;
+    assert_eq!(table.matches("chat.postMessage").count(), 2, "each bot's method: {table}\n{page}");
+    assert!(table.matches("after ").count() == 2, "each bot's first answer: {table}");
+    b.screenshot("ui_shadow").await;
+    // With both answers of the first in the history, the list's "shadow differs" is the second.
+    let differs = until_page(&b, &format!("{base}/ui/deliveries?status=shadow_differs"), "one differs", |p| {
+        p.matches("href=\"/ui/d/").count() == 1
+    })
+    .await;
+    assert!(differs.contains("only the live bot 1"), "the list's stats: {differs}");
+    b.click("#rows tr a").await;
+    b.wait_for("ol.timeline", LIMIT).await;
+    assert!(b.source().await.contains("no answer"), "the second: the shadow never answered");
+
+    // Pause channel C9 with the overview's form; a mention there is held; resume with its button.
+    b.goto(&format!("{base}/ui/")).await;
+    b.wait_for("form.pause", LIMIT).await;
+    b.fill("channel", "C9").await;
+    b.submit("form.pause").await;
+    b.wait_until("the pause's result", LIMIT, async || b.source().await.contains("Paused app bot channel C9"))
+        .await
+        .unwrap();
+    let held = r#"slackgate_pauses{app="bot"}"#;
+    assert!(until(LIMIT, async || metric(gw.admin_port, held).await == 1.0).await);
+    assert_eq!(
+        send(gw.port, Req::signed("/slack/events", mention("EvBrHeld", "1700000900.000100", "C9"), SECRET)).await.0,
+        200
+    );
+    until_page(&b, &format!("{base}/ui/deliveries?status=paused"), "the held one", |p| p.contains("href=\"/ui/d/"))
+        .await;
+    assert_eq!(bot.count(), 2, "nothing delivered in the paused channel");
+    b.goto(&format!("{base}/ui/")).await;
+    b.wait_for("form[action=\"/ui/resume\"] button", LIMIT).await;
+    b.screenshot("ui_paused").await;
+    b.click("form[action=\"/ui/resume\"] button").await;
+    b.wait_until("the resume's result", LIMIT, async || b.source().await.contains("Resumed app bot channel C9"))
+        .await
+        .unwrap();
+    assert!(eventually(LIMIT, || bot.count() == 3).await, "delivered on resume: {}", gw.log());
+}
