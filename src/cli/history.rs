@@ -138,6 +138,7 @@ pub fn show(o: &ShowOpts) -> anyhow::Result<()> {
             anyhow::bail!("no delivery {} in the history (kept for {:?})", o.delivery, config.ui.history)
         };
         d.body = d.body.map(|b| redact(&b, config.ui.show_text));
+        d.hide_text(config.ui.show_text);
         if o.target.json {
             return print_json(&d);
         }

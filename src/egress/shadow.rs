@@ -62,6 +62,7 @@ pub(super) async fn call(ctx: &Arc<Ctx>, call: Call, session: &mut ServerSession
                 ts,
                 took_ms: started.elapsed().as_millis() as u64,
                 bytes: call.body.len() as u64,
+                text: crate::queue::history::kept_text(ctx.live.get().config.ui.show_text, call.fields.message_text()),
             };
             ctx.shared.history.step(app, delivery, || crate::history::What::Wrote(wrote));
             count(ctx, app, "kept");
@@ -90,6 +91,7 @@ pub(super) async fn response(ctx: &Arc<Ctx>, delivery: &str, body_len: usize) ->
             ts: String::new(),
             took_ms: 0,
             bytes: body_len as u64,
+            text: None,
         };
         ctx.shared.history.step(&app, delivery, || crate::history::What::Wrote(wrote));
     }

@@ -215,6 +215,7 @@ fn remember_write(ctx: &Ctx, source: &Attributed, w: &Write, reply: &Reply, took
             ts,
             took_ms: took.as_millis() as u64,
             bytes: w.call.body.len() as u64,
+            text: crate::queue::history::kept_text(ctx.live.get().config.ui.show_text, w.call.fields.message_text()),
         })
     });
 }

@@ -89,9 +89,15 @@ fn egress_line(what: &What, at: u64) -> Result<String, serde_json::Error> {
         What::Stream(e) => serde_json::to_string(&serde_json::json!({
             "what": "stream", "at": at, "channel": e.channel, "ts": e.ts, "appends": e.appends,
             "bytes": e.bytes, "ending": e.ending })),
-        What::Wrote(w) => serde_json::to_string(&serde_json::json!({
-            "what": "wrote", "at": at, "method": w.method, "channel": w.channel, "outcome": w.outcome,
-            "key": w.key, "ts": w.ts, "took_ms": w.took_ms, "bytes": w.bytes })),
+        What::Wrote(w) => {
+            let mut line = serde_json::json!({
+                "what": "wrote", "at": at, "method": w.method, "channel": w.channel, "outcome": w.outcome,
+                "key": w.key, "ts": w.ts, "took_ms": w.took_ms, "bytes": w.bytes });
+            if let Some(text) = &w.text {
+                line["text"] = text.as_str().into();
+            }
+            serde_json::to_string(&line)
+        }
         _ => Ok(String::new()),
     }
 }

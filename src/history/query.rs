@@ -320,6 +320,21 @@ pub struct Detail {
     pub timeline: Vec<Value>,
 }
 
+impl Detail {
+    /// Drop the replies' text from the timeline unless `show_text` is on now (text kept while
+    /// it was on is shown only while it is).
+    pub fn hide_text(&mut self, show_text: bool) {
+        if show_text {
+            return;
+        }
+        for e in &mut self.timeline {
+            if let Some(o) = e.as_object_mut() {
+                o.remove("text");
+            }
+        }
+    }
+}
+
 /// One delivery: its timeline and, from its own key, its body.
 pub async fn show(conn: &mut Conn, prefix: &str, app: &str, id: &str) -> RedisResult<Option<Detail>> {
     let tag = tag(prefix, app);

@@ -183,6 +183,17 @@ pub struct Write {
     pub took_ms: u64,
     /// The size of the bot's call (its body).
     pub bytes: u64,
+    /// The message text it wrote, kept only while `[ui] show_text` is on (at most
+    /// [`TEXT_KEPT`] characters).
+    pub text: Option<String>,
+}
+
+/// At most this many characters of a reply's text are kept.
+pub const TEXT_KEPT: usize = 4_000;
+
+/// A write's text as the history keeps it: only with `show_text` on, cut to [`TEXT_KEPT`].
+pub fn kept_text(show_text: bool, text: Option<&str>) -> Option<String> {
+    text.filter(|_| show_text).map(|t| t.chars().take(TEXT_KEPT).collect())
 }
 
 /// The bit of a delivery id's nonce that says its history is kept in full (the first hex

@@ -365,11 +365,14 @@ pub struct Answers {
     pub methods: String,
     pub bytes: u64,
     pub first: String,
+    /// The first write's text, when the history kept it (`show_text` on).
+    pub text: String,
 }
 
 impl Answers {
     fn of<'a>(writes: impl Iterator<Item = &'a serde_json::Value>, received: u64) -> Answers {
         let (mut n, mut methods, mut bytes, mut first) = (0, Vec::<String>::new(), 0, None);
+        let mut text = String::new();
         for w in writes {
             n += 1;
             let method = w["method"].as_str().unwrap_or_default().to_string();
@@ -378,9 +381,12 @@ impl Answers {
             }
             bytes += w["bytes"].as_u64().unwrap_or(0);
             first = first.or(w["at"].as_u64());
+            if text.is_empty() {
+                text = w["text"].as_str().unwrap_or_default().to_string();
+            }
         }
         let first = first.map_or_else(|| "no answer".into(), |at| format!("after {} ms", at.saturating_sub(received)));
-        Answers { writes: n, methods: methods.join(", "), bytes, first }
+        Answers { writes: n, methods: methods.join(", "), bytes, first, text }
     }
 }
 
@@ -426,10 +432,11 @@ async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failu
         true => query::show(&mut ctx.ops.conn(), &config.redis.key_prefix, app, id).await.map_err(Failure::redis)?,
         false => None,
     };
-    let Some(d) = found else {
+    let Some(mut d) = found else {
         let text = format!("No delivery {id} of app {app} in the history (kept for {:?}).", config.ui.history);
         return Ok(message(Some(ctx.viewer), StatusCode::NOT_FOUND, "Not found", &text, "/ui/deliveries"));
     };
+    d.hide_text(config.ui.show_text);
     let s = &d.summary;
     let start = s.received();
     let timeline = d.timeline.iter().map(|e| entry(e, start)).collect();

@@ -21,11 +21,16 @@ struct Rig {
 }
 
 async fn rig(name: &str, shadow_keys: &str) -> Rig {
+    rig_with(name, shadow_keys, "").await
+}
+
+async fn rig_with(name: &str, shadow_keys: &str, tail: &str) -> Rig {
     let (redis, slack) = (RedisServer::start(), FakeSlack::start().await);
     let (live, shadow) = (Receiver::start(SECRET).await, Receiver::start(SECRET).await);
     let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), &live.url());
     cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
     cfg.app = format!("shadow = {{ upstream = \"{}\"{shadow_keys} }}", shadow.url());
+    cfg.tail = tail.into();
     let gw = Gateway::start(&cfg).await;
     Rig { _redis: redis, slack, live, shadow, gw }
 }
@@ -185,4 +190,49 @@ async fn a_shadow_that_is_down_changes_nothing_for_the_live_bot_and_a_full_lane_
     assert_eq!(metric(r.gw.admin_port, live).await, 8.0, "every live delivery delivered once");
     let retried = r#"slackgate_deliveries_total{app="bot.shadow",outcome="retried"}"#;
     assert!(metric_reaches(r.gw.admin_port, retried, 1.0, Duration::from_secs(10)).await, "the shadow's own retries");
+}
+
+/// The replies' text is kept with `[ui] show_text = true` only, and the page puts both bots'
+/// first answers side by side; without it no text is kept or shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_show_text_both_answers_text_is_kept_and_shown_and_never_without() {
+    for show_text in [true, false] {
+        let tail = format!("[ui]\nshow_text = {show_text}\n");
+        let r = rig_with(&format!("shtext{show_text}"), "", &tail).await;
+        let ts = "1700000450.000100";
+        assert_eq!(send(r.gw.port, Req::signed("/slack/events", mention("EvText", ts), SECRET)).await.0, 200);
+        assert!(eventually(Duration::from_secs(10), || r.shadow.count() == 1).await, "{}", r.gw.log());
+        let live = format!("channel=C1&thread_ts={ts}&text=the+live+words");
+        assert!(call(r.gw.egress_port, "chat.postMessage", &live, &[]).await.ok());
+        let shadow = format!("channel=C1&thread_ts={ts}&text=the+shadow+words");
+        assert!(call(r.gw.egress_port, "/shadow/api/chat.postMessage", &shadow, &[]).await.ok());
+        let id = r.live.received()[0].header("x-slackgate-delivery").unwrap();
+        let mut shown = Value::Null;
+        until(Duration::from_secs(10), async || {
+            shown = cli(&r.gw, &["show", &id]);
+            shown["summary"]["fields"]["shadow_replies"] == "1" && shown["summary"]["fields"]["replies"] == "1"
+        })
+        .await;
+        let text = shown.to_string();
+        assert_eq!(text.contains("the live words") && text.contains("the shadow words"), show_text, "{shown}");
+        let page = crate::ui::page(r.gw.admin_port, &format!("/ui/d/bot/{id}"), "", None).await;
+        let both = page.body.contains("the live words") && page.body.contains("the shadow words");
+        assert_eq!(both, show_text, "{}", page.body);
+        let prefix = format!("*{}*", if show_text { "shtexttrue" } else { "shtextfalse" });
+        let kept: Vec<String> = r._redis.keys(&prefix);
+        let mut any = false;
+        for k in kept {
+            let mut c = r._redis.conn();
+            let kind: String = redis::cmd("TYPE").arg(&k).query(&mut c).unwrap();
+            let read = match kind.as_str() {
+                "string" => redis::cmd("GET").arg(&k).query::<redis::Value>(&mut c),
+                "hash" => redis::cmd("HGETALL").arg(&k).query(&mut c),
+                "list" => redis::cmd("LRANGE").arg(&k).arg(0).arg(-1).query(&mut c),
+                "stream" => redis::cmd("XRANGE").arg(&k).arg("-").arg("+").query(&mut c),
+                _ => continue,
+            };
+            any |= format!("{:?}", read.unwrap()).contains("the shadow words");
+        }
+        assert_eq!(any, show_text, "kept in Redis when, and only when, show_text is on");
+    }
 }
