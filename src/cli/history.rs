@@ -80,36 +80,7 @@ pub fn deliveries(o: &DeliveriesOpts) -> anyhow::Result<()> {
         if o.target.json {
             return print_json(&page);
         }
-        out!(
-            "{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}",
-            "arrived",
-            "app",
-            "delivery",
-            "what",
-            "channel",
-            "status",
-            "try",
-            "replies",
-            "ack ms"
-        );
-        for r in &page.rows {
-            let what = format!("{} {}", r.get("kind"), r.get("detail"));
-            out!(
-                "{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}",
-                clock(r.received()),
-                r.app,
-                r.id,
-                what,
-                r.get("channel"),
-                r.get("status"),
-                r.num("attempts"),
-                r.num("replies"),
-                r.get("ack_ms")
-            );
-        }
-        if page.more {
-            out!("(more match: narrow the filter or raise --limit)");
-        }
+        print_page(&page);
         print_shadow_stats(&page.shadow);
         Ok(())
     })
@@ -175,6 +146,40 @@ fn print_detail(d: &query::Detail) {
     }
     if let Some(body) = &d.body {
         out!("\n{body}");
+    }
+}
+
+/// The list as a table, a row per delivery, and whether more matched.
+fn print_page(page: &query::Page) {
+    out!(
+        "{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}",
+        "arrived",
+        "app",
+        "delivery",
+        "what",
+        "channel",
+        "status",
+        "try",
+        "replies",
+        "ack ms"
+    );
+    for r in &page.rows {
+        let what = format!("{} {}", r.get("kind"), r.get("detail"));
+        out!(
+            "{:<8} {:<12} {:<20} {:<22} {:<12} {:<10} {:>3} {:>7} {:>8}",
+            clock(r.received()),
+            r.app,
+            r.id,
+            what,
+            r.get("channel"),
+            r.get("status"),
+            r.num("attempts"),
+            r.num("replies"),
+            r.get("ack_ms")
+        );
+    }
+    if page.more {
+        out!("(more match: narrow the filter or raise --limit)");
     }
 }
 

@@ -127,8 +127,8 @@ pub struct AppSection {
     pub turns: super::turns::TurnsSection,
     pub socket_mode: Option<super::socket::SocketModeSection>,
     #[serde(default)]
-    pub upstreams: Vec<super::routes::UpstreamSection>,
-    pub shadow: Option<super::routes::ShadowSection>,
+    pub upstreams: Vec<UpstreamSection>,
+    pub shadow: Option<ShadowSection>,
     pub pause_answer: Option<String>,
 }
 
@@ -191,4 +191,51 @@ pub enum OneOrMany {
 pub enum SizeValue {
     Bytes(u64),
     Text(String),
+}
+
+/// `match = { kinds = [...], types = [...], teams = [...], channels = [...] }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchSection {
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    #[serde(default)]
+    pub types: Vec<String>,
+    #[serde(default)]
+    pub teams: Vec<String>,
+    #[serde(default)]
+    pub channels: Vec<String>,
+}
+
+/// One entry of `upstreams`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSection {
+    #[serde(rename = "match", default)]
+    pub matcher: MatchSection,
+    pub upstream: Option<String>,
+    #[serde(default)]
+    pub delivery: RouteDeliverySection,
+}
+
+/// The delivery keys an entry may change (the lease and the dead letters stay the app's).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteDeliverySection {
+    pub timeout: Option<String>,
+    pub retry_initial: Option<String>,
+    pub retry_max: Option<String>,
+    pub give_up_after: Option<String>,
+    pub max_in_flight: Option<usize>,
+}
+
+/// `shadow = { upstream, match, share, max_backlog }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShadowSection {
+    pub upstream: Option<String>,
+    #[serde(rename = "match", default)]
+    pub matcher: MatchSection,
+    pub share: Option<f64>,
+    pub max_backlog: Option<u64>,
 }

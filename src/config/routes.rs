@@ -6,58 +6,10 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
+use super::file::{AppSection, MatchSection, ShadowSection, UpstreamSection};
 use super::values::{parse_upstream, Upstream};
 use super::{AppConfig, ConfigError, DeliveryConfig, Validator};
 use crate::slack::Kind;
-
-/// `match = { kinds = [...], types = [...], teams = [...], channels = [...] }`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MatchSection {
-    #[serde(default)]
-    pub kinds: Vec<String>,
-    #[serde(default)]
-    pub types: Vec<String>,
-    #[serde(default)]
-    pub teams: Vec<String>,
-    #[serde(default)]
-    pub channels: Vec<String>,
-}
-
-/// One entry of `upstreams`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UpstreamSection {
-    #[serde(rename = "match", default)]
-    pub matcher: MatchSection,
-    pub upstream: Option<String>,
-    #[serde(default)]
-    pub delivery: RouteDeliverySection,
-}
-
-/// The delivery keys an entry may change (the lease and the dead letters stay the app's).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteDeliverySection {
-    pub timeout: Option<String>,
-    pub retry_initial: Option<String>,
-    pub retry_max: Option<String>,
-    pub give_up_after: Option<String>,
-    pub max_in_flight: Option<usize>,
-}
-
-/// `shadow = { upstream, match, share, max_backlog }`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ShadowSection {
-    pub upstream: Option<String>,
-    #[serde(rename = "match", default)]
-    pub matcher: MatchSection,
-    pub share: Option<f64>,
-    pub max_backlog: Option<u64>,
-}
 
 /// What a delivery is, as a `match` reads it.
 #[derive(Debug, Clone, Copy)]
@@ -273,7 +225,7 @@ impl Validator<'_> {
     pub(super) fn app_routes(
         &self,
         prefix: &str,
-        a: &super::file::AppSection,
+        a: &AppSection,
         delivery: &mut DeliveryConfig,
         socket_ok: bool,
     ) -> Result<Vec<Route>, ConfigError> {

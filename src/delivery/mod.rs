@@ -7,8 +7,10 @@
 //! - `housekeeping`: promote due retries, bound the dead letters, forget gone consumers, gauges.
 
 mod finisher;
+mod held;
 mod housekeeping;
 mod reader;
+mod routing;
 mod shadow;
 
 use std::sync::Arc;

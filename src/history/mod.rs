@@ -30,6 +30,7 @@ pub mod describe;
 pub mod fields;
 pub mod query;
 pub mod retention;
+pub mod shadow;
 pub mod turns;
 pub mod writer;
 

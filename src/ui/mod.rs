@@ -19,6 +19,7 @@ use crate::shared::Shared;
 mod actions;
 pub mod auth;
 mod pages;
+mod side_by_side;
 pub mod throttle;
 mod view;
 

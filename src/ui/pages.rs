@@ -89,13 +89,7 @@ async fn overview(ctx: &Context<'_>) -> Result<Reply, Failure> {
         let st = &s.stats;
         let p99 = five.ack_p99_ms();
         let (risk_level, risk_title, risk_words) = risk(&hour);
-        let mut writes: Vec<(String, u64)> = hour
-            .fields
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix("w:")?.replace('_', " "), *v)))
-            .filter(|(_, v)| *v > 0)
-            .collect();
-        writes.sort();
+        let writes = writes_of(&hour);
         let socket = a.socket_mode.as_ref().map(|_| {
             let open = ctx.shared.metrics.socket.connections.with_label_values(&[&a.name, "slack"]).get();
             format!("{open} open")
@@ -131,6 +125,18 @@ async fn overview(ctx: &Context<'_>) -> Result<Reply, Failure> {
         pause_nonce: super::actions::once::nonce(),
     };
     Ok(render(StatusCode::OK, &page))
+}
+
+/// The bot's writes through the egress by outcome, as the overview lists them.
+fn writes_of(counts: &query::Counts) -> Vec<(String, u64)> {
+    let mut writes: Vec<(String, u64)> = counts
+        .fields
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("w:")?.replace('_', " "), *v)))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    writes.sort();
+    writes
 }
 
 /// The overview's pauses: each with when it began, and its resume form's nonce.
@@ -346,80 +352,7 @@ struct DeliveryPage<'a> {
     replay_nonce: String,
     purge_nonce: String,
     /// With a copy for the app's shadow: both bots' answers.
-    side_by_side: Option<SideBySide>,
-}
-
-/// The live bot's and its shadow's answers to one delivery: what each wrote, how much, and
-/// how long after the delivery arrived each first answered.
-pub struct SideBySide {
-    pub copy: String,
-    /// The shadow's own delivery: its status and attempts (its lane's history).
-    pub shadow_delivery: String,
-    pub live: Answers,
-    pub shadow: Answers,
-}
-
-#[derive(Default)]
-pub struct Answers {
-    pub writes: usize,
-    pub methods: String,
-    pub bytes: u64,
-    pub first: String,
-    /// The first write's text, when the history kept it (`show_text` on).
-    pub text: String,
-}
-
-impl Answers {
-    fn of<'a>(writes: impl Iterator<Item = &'a serde_json::Value>, received: u64) -> Answers {
-        let (mut n, mut methods, mut bytes, mut first) = (0, Vec::<String>::new(), 0, None);
-        let mut text = String::new();
-        for w in writes {
-            n += 1;
-            let method = w["method"].as_str().unwrap_or_default().to_string();
-            if !methods.contains(&method) {
-                methods.push(method);
-            }
-            bytes += w["bytes"].as_u64().unwrap_or(0);
-            first = first.or(w["at"].as_u64());
-            if text.is_empty() {
-                text = w["text"].as_str().unwrap_or_default().to_string();
-            }
-        }
-        let first = first.map_or_else(|| "no answer".into(), |at| format!("after {} ms", at.saturating_sub(received)));
-        Answers { writes: n, methods: methods.join(", "), bytes, first, text }
-    }
-}
-
-/// Both answers, when the delivery was copied to the app's shadow.
-async fn side_by_side(ctx: &Context<'_>, app: &str, d: &query::Detail) -> Result<Option<SideBySide>, Failure> {
-    let copy = d.summary.get("shadow");
-    if copy.is_empty() {
-        return Ok(None);
-    }
-    let wrote = |shadow: bool| {
-        d.timeline.iter().filter(move |e| {
-            let outcome = e["outcome"].as_str().unwrap_or_default();
-            e["what"] == "wrote"
-                && (outcome == "kept_shadow") == shadow
-                && (shadow || crate::history::fields::answers(outcome))
-        })
-    };
-    let received = d.summary.received();
-    let config = ctx.ops.config();
-    let lane = crate::config::shadow_lane_name(app);
-    let mut conn = ctx.ops.conn();
-    let shadow =
-        query::show(&mut conn, &config.redis.key_prefix, &lane, &d.summary.id).await.map_err(Failure::redis)?;
-    let shadow_delivery = shadow.map_or_else(
-        || "not yet sent to the shadow".to_string(),
-        |s| format!("{} after {} attempt(s)", s.summary.get("status"), s.summary.get("attempts")),
-    );
-    Ok(Some(SideBySide {
-        copy: copy.to_string(),
-        shadow_delivery,
-        live: Answers::of(wrote(false), received),
-        shadow: Answers::of(wrote(true), received),
-    }))
+    side_by_side: Option<super::side_by_side::SideBySide>,
 }
 
 async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failure> {
@@ -441,7 +374,7 @@ async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failu
     let start = s.received();
     let timeline = d.timeline.iter().map(|e| entry(e, start)).collect();
     let status = s.get("status").to_string();
-    let side_by_side = side_by_side(ctx, app, &d).await?;
+    let side_by_side = super::side_by_side::of(ctx, app, &d).await?;
     let page = DeliveryPage {
         nav: nav(Some(ctx.viewer), "deliveries"),
         app: app.into(),
