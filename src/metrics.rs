@@ -337,6 +337,7 @@ impl Metrics {
         for outcome in ["kept", "read", "unattributed"] {
             self.routes.shadow_calls.with_label_values(&[app, outcome]);
         }
+        self.routes.shadow_unreachable.with_label_values(&[app]);
     }
 
     /// Socket Mode's series of `app` at zero, for the directions it uses: `slack` (the

@@ -9,6 +9,7 @@
 mod finisher;
 mod held;
 mod housekeeping;
+mod reach;
 mod reader;
 mod routing;
 mod shadow;
@@ -70,6 +71,8 @@ struct Shard {
     route_slots: Arc<[Option<Arc<Semaphore>>]>,
     /// Where its delivered entries are finished together (apps without turns).
     finisher: finisher::Finisher,
+    /// A shadow's lane: whether its bot can be reached (shared by the lane's shards).
+    reach: Option<Arc<reach::Reach>>,
 }
 
 impl Shard {
@@ -146,6 +149,10 @@ impl DeliveryService {
             .map(|r| r.own_slots.then(|| Arc::new(Semaphore::new(r.delivery.max_in_flight))))
             .collect();
         let response_url_hosts: Arc<[String]> = config.server.response_url_hosts.clone().into();
+        let reach = crate::config::live_of_lane(&app.name).map(|live| {
+            let gauge = self.shared.metrics.routes.shadow_unreachable.with_label_values(&[live]);
+            Arc::new(reach::Reach::new(&app.name, gauge))
+        });
         let shards: Vec<ShardKeys> =
             (0..in_use).map(|i| ShardKeys::new(&config.redis.key_prefix, &app.name, i)).collect();
         for keys in &shards {
@@ -166,6 +173,7 @@ impl DeliveryService {
                 prefix: config.redis.key_prefix.as_str().into(),
                 egress: config.egress.listen.as_deref().map(Arc::from),
                 finisher: finisher::Finisher::spawn(on.store.clone(), keys.clone(), self.consumer.clone()),
+                reach: reach.clone(),
             });
             tasks.spawn(reader::read_loop(s.clone(), self.redis.clone(), on.stop.clone()));
             tasks.spawn(housekeeping::maintain_loop(s, on.stop.clone()));

@@ -9,6 +9,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::held::Held;
+use super::reach::Turn;
 use super::routing::{copy_to_shadow, expire_paused, note_message, park, route_of, stale_reply, still_paused, Place};
 use super::Shard;
 use crate::attempt::{self, InlineOutcome, Path, ReplyTo};
@@ -56,7 +57,20 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
         if s.is_lane() && !super::shadow::yield_to_acks(&s.shared, &mut stop).await {
             break;
         }
-        let Some(permits) = take_permits(&s, &mut stop).await else { break };
+        // And it backs off from a bot it cannot reach, one probe at a time.
+        let probe = match s.reach.as_ref().map(|r| r.turn()) {
+            Some(Turn::Wait(wait)) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => continue,
+                    _ = stop.changed() => break,
+                }
+            }
+            probe => probe == Some(Turn::Probe),
+        };
+        let Some(mut permits) = take_permits(&s, &mut stop).await else { break };
+        if probe {
+            permits = permits.split(1).expect("at least one permit");
+        }
         let Some(permits) = chores.run(&s, &reads, permits).await else { continue };
         let count = permits.num_permits();
         let read = async {
@@ -357,6 +371,9 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
         _ = keep_lease(s, &lease) => return,
     };
     drop(slot);
+    if let Some(reach) = &s.reach {
+        reach.note(attempted.result.as_ref().map(|r| r.status));
+    }
     let recording = tokio::select! {
         r = s.recording.clone().acquire_owned() => r.expect("semaphore is never closed"),
         _ = keep_lease(s, &lease) => return,

@@ -244,10 +244,12 @@ pub struct Routes {
     /// Slack would, never posted), read (passed to Slack), unattributed (a write no delivery
     /// of the shadow's explains, kept too).
     pub shadow_calls: IntCounterVec,
+    /// 1 while the shadow's lane backs off from a bot it cannot connect to.
+    pub shadow_unreachable: IntGaugeVec,
 }
 
 impl Routes {
-    pub(super) fn collectors(&self) -> [&dyn prometheus::core::Collector; 7] {
+    pub(super) fn collectors(&self) -> [&dyn prometheus::core::Collector; 8] {
         [
             &self.deliveries,
             &self.paused,
@@ -256,6 +258,7 @@ impl Routes {
             &self.oldest_pause_seconds,
             &self.shadow_copies,
             &self.shadow_calls,
+            &self.shadow_unreachable,
         ]
     }
 
@@ -288,6 +291,11 @@ impl Routes {
                 "shadow_calls_total",
                 "The shadow bot's Web API calls at the egress's shadow base, by outcome",
                 &["app", "outcome"],
+            ),
+            shadow_unreachable: gauge(
+                r,
+                "shadow_unreachable",
+                "1 while the shadow's lane backs off from a bot it cannot connect to (probing it)",
             ),
         }
     }

@@ -192,6 +192,55 @@ async fn a_shadow_that_is_down_changes_nothing_for_the_live_bot_and_a_full_lane_
     assert!(metric_reaches(r.gw.admin_port, retried, 1.0, Duration::from_secs(10)).await, "the shadow's own retries");
 }
 
+/// A shadow nothing listens for is probed, not hammered: its lane backs off after a refused
+/// connection and sends one copy per probe, the copies wait in its lane, and once the bot
+/// comes up every copy reaches it. The live bot gets each delivery meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_that_cannot_be_reached_is_probed_not_hammered_and_gets_its_copies_once_up() {
+    let (redis, live, down) = (RedisServer::start(), Receiver::start(SECRET).await, Reserved::new());
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("shprobe"), &live.url());
+    cfg.egress = "slack_api_url = \"http://127.0.0.1:9/api/\"".into();
+    cfg.app = format!("shadow = {{ upstream = \"{}\" }}", down.url());
+    let gw = Gateway::start(&cfg).await;
+    let refused = r#"slackgate_deliveries_total{app="bot.shadow",outcome="retried"}"#;
+    let unreachable = r#"slackgate_shadow_unreachable{app="bot"}"#;
+    assert_eq!(metric(gw.admin_port, unreachable).await, 0.0, "exported at zero");
+    // The first copy finds nothing listening.
+    let first = Req::signed("/slack/events", mention("EvProbe0", "1700000600.000001"), SECRET);
+    assert_eq!(send(gw.port, first).await.0, 200);
+    assert!(metric_reaches(gw.admin_port, refused, 1.0, Duration::from_secs(10)).await, "{}", gw.log());
+    assert_eq!(metric(gw.admin_port, unreachable).await, 1.0);
+    // Twenty more, all delivered to the live bot and copied while the shadow is down.
+    let n = 20;
+    for i in 1..=n {
+        let ts = format!("1700000600.{:06}", i + 1);
+        assert_eq!(
+            send(gw.port, Req::signed("/slack/events", mention(&format!("EvProbe{i}"), &ts), SECRET)).await.0,
+            200
+        );
+    }
+    assert!(eventually(Duration::from_secs(10), || live.count() == n + 1).await, "{}", gw.log());
+    let copied = r#"slackgate_shadow_copies_total{app="bot",outcome="copied"}"#;
+    assert!(metric_reaches(gw.admin_port, copied, (n + 1) as f64, Duration::from_secs(10)).await, "{}", gw.log());
+    // Two probes later (a doubled wait), the copies have not been tried one by one.
+    assert!(metric_reaches(gw.admin_port, refused, 3.0, Duration::from_secs(10)).await, "{}", gw.log());
+    let tried = metric(gw.admin_port, refused).await;
+    assert!(tried < 8.0, "probed, not tried copy by copy: {tried} refused attempts for {} copies", n + 1);
+    // The bot comes up: the next probe finds it and every copy reaches it.
+    let shadow = down.start(SECRET).await;
+    let all = |r: &Receiver| (0..=n).all(|i| r.count_body(&format!("\"EvProbe{i}\"")) >= 1);
+    assert!(
+        eventually(Duration::from_secs(30), || all(&shadow)).await,
+        "{} of {}: {}",
+        shadow.count(),
+        n + 1,
+        gw.log()
+    );
+    assert!(until(Duration::from_secs(10), async || metric(gw.admin_port, unreachable).await == 0.0).await);
+    assert_eq!(live.count(), n + 1, "the live bot got each once");
+    drop(redis);
+}
+
 /// The replies' text is kept with `[ui] show_text = true` only, and the page puts both bots'
 /// first answers side by side; without it no text is kept or shown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
