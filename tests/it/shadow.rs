@@ -192,6 +192,33 @@ async fn a_shadow_that_is_down_changes_nothing_for_the_live_bot_and_a_full_lane_
     assert!(metric_reaches(r.gw.admin_port, retried, 1.0, Duration::from_secs(10)).await, "the shadow's own retries");
 }
 
+/// The live bot's deliveries never wait for the shadow: with a shadow that answers nothing
+/// (each of its attempts runs on, toward a 30 s timeout), every delivery reaches the live bot
+/// and is recorded delivered while not one of the shadow's attempts has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_that_never_answers_holds_up_no_live_delivery() {
+    let (redis, live, shadow) = (RedisServer::start(), Receiver::start(SECRET).await, Receiver::start(SECRET).await);
+    shadow.set_default(Reply::status(200).delay(Duration::from_secs(60)));
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("shslow"), &live.url());
+    cfg.delivery = r#"{ timeout = "30s", retry_initial = "100ms", retry_max = "400ms", lease = "40s" }"#.into();
+    cfg.egress = "slack_api_url = \"http://127.0.0.1:9/api/\"".into();
+    cfg.app = format!("shadow = {{ upstream = \"{}\" }}", shadow.url());
+    let gw = Gateway::start(&cfg).await;
+    let n = 12;
+    for i in 0..n {
+        let ts = format!("1700000700.{:06}", i + 1);
+        let body =
+            String::from_utf8(mention(&format!("EvSlow{i}"), &ts)).unwrap().replace("\"C1\"", &format!("\"C{i}\""));
+        assert_eq!(send(gw.port, Req::signed("/slack/events", body.into_bytes(), SECRET)).await.0, 200);
+    }
+    assert!(eventually(Duration::from_secs(20), || live.count() == n && shadow.count() >= 1).await, "{}", gw.log());
+    let delivered = r#"slackgate_deliveries_total{app="bot",outcome="delivered"}"#;
+    assert!(metric_reaches(gw.admin_port, delivered, n as f64, Duration::from_secs(20)).await, "{}", gw.log());
+    let shadow_ended = r#"slackgate_deliveries_total{app="bot.shadow","#;
+    assert_eq!(metric(gw.admin_port, shadow_ended).await, 0.0, "no attempt of the shadow has ended");
+    drop(redis);
+}
+
 /// A shadow nothing listens for is probed, not hammered: its lane backs off after a refused
 /// connection and sends one copy per probe, the copies wait in its lane, and once the bot
 /// comes up every copy reaches it. The live bot gets each delivery meanwhile.
