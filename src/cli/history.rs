@@ -8,7 +8,7 @@ use clap::Args;
 use super::ops::{connect, print_json, runtime, Target};
 use crate::clock::hms as clock;
 use crate::config::parse_duration;
-use crate::history::describe::{describe, message_link, redact};
+use crate::history::describe::{describe, entry_link, redact};
 use crate::history::query::{self, Filter};
 use crate::out::out;
 
@@ -138,9 +138,7 @@ fn print_detail(d: &query::Detail) {
     for e in &d.timeline {
         let at = e["at"].as_u64().unwrap_or(start);
         out!("  {} (+{:>7.3} s)  {}", clock(at), (at as i64 - start as i64) as f64 / 1000.0, describe(e));
-        if let Some(link) =
-            message_link(e["channel"].as_str().unwrap_or_default(), e["ts"].as_str().unwrap_or_default())
-        {
+        if let Some(link) = entry_link(e) {
             out!("{:>26}{link}", "");
         }
     }

@@ -22,7 +22,7 @@ use crate::clock::now_ms;
 use crate::outbox::{Channel, Conversations};
 
 /// The history's outcome of a shadow's write, on the live delivery it answers.
-pub const KEPT: &str = "kept_shadow";
+pub const KEPT: &str = crate::history::SHADOW_KEPT;
 
 /// `/api/<method>` of `/shadow/api/<method>`; `None` for any other path.
 pub(super) fn api_path(path: &str) -> Option<&str> {

@@ -164,7 +164,7 @@ pub fn describe(e: &Value) -> String {
         },
         "superseded" => format!("superseded by the newer message's delivery {}", s("by")),
         "stream" => stream(e),
-        "wrote" if s("outcome") == "kept_shadow" => match s("method").as_str() {
+        "wrote" if s("outcome") == super::SHADOW_KEPT => match s("method").as_str() {
             "response_url" => "the shadow bot answered to its response_url: kept, never posted".into(),
             m => format!("the shadow bot wrote {m} in {}: kept, never posted", s("channel")),
         },
@@ -213,6 +213,16 @@ fn attempt(e: &Value) -> String {
         _ => String::new(),
     };
     format!("attempt {} by {}: {status} in {:.1} ms → {}{next}", e["number"], s("by"), n("latency_ms"), s("outcome"))
+}
+
+/// The link of a timeline entry's message in Slack, when it has one there: a shadow's write
+/// was never posted, so its `ts` is nothing Slack knows.
+pub fn entry_link(e: &serde_json::Value) -> Option<String> {
+    let text = |k: &str| e[k].as_str().unwrap_or_default();
+    if text("outcome") == super::SHADOW_KEPT {
+        return None;
+    }
+    message_link(text("channel"), text("ts"))
 }
 
 /// A link that opens a posted message in Slack (the workspace the viewer is signed in to).

@@ -203,7 +203,7 @@ impl Folded {
             "shadow" => self.set("shadow", text("outcome")),
             "superseded" => self.set("status", "superseded"),
             "replayed" if text("as").is_empty() => self.set("status", "waiting"),
-            "wrote" if text("outcome") == "kept_shadow" => {
+            "wrote" if text("outcome") == super::SHADOW_KEPT => {
                 self.bump("shadow_replies");
                 if !self.fields.contains_key("shadow_answered") {
                     self.set("shadow_answered", at);

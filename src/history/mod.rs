@@ -34,7 +34,9 @@ pub mod shadow;
 pub mod turns;
 pub mod writer;
 
-pub use crate::queue::history::{kept, Arrival, Attempt, Budget, History, Note, StreamEnd, What, Write, KEPT};
+pub use crate::queue::history::{
+    kept, Arrival, Attempt, Budget, History, Note, StreamEnd, What, Write, KEPT, SHADOW_KEPT,
+};
 
 /// The hash tag every key of `app`'s history shares.
 pub fn tag(prefix: &str, app: &str) -> String {

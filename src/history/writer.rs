@@ -291,7 +291,7 @@ fn counted(what: &What) -> Vec<&'static str> {
             _ => "other",
         }],
         // A shadow's write is not the bot's: the overview's counts are the live bot's.
-        What::Wrote(w) if w.outcome == "kept_shadow" => vec![],
+        What::Wrote(w) if w.outcome == super::SHADOW_KEPT => vec![],
         What::Wrote(w) => vec![write_field(w.outcome)],
         What::Held
         | What::Superseded { .. }

@@ -82,6 +82,10 @@ pub struct Note {
     pub what: What,
 }
 
+/// The outcome of a shadow's write in the history: kept with the live delivery it answers,
+/// never posted.
+pub const SHADOW_KEPT: &str = "kept_shadow";
+
 #[derive(Debug, Clone)]
 pub enum What {
     /// The ingress recorded a new delivery, or answered one it keeps nothing of (ignored).

@@ -6,7 +6,7 @@ use http::StatusCode;
 
 use super::{nav, Failure, Reply, Request};
 use crate::clock::hms as clock;
-use crate::history::describe::{describe, message_link, redact};
+use crate::history::describe::{describe, entry_link, redact};
 use crate::history::query::{self, Summary};
 
 pub use super::actions::listing::{filter_fields, filter_of, newer_than, no_app, FormFilter};
@@ -415,7 +415,7 @@ fn entry(e: &serde_json::Value, start: u64) -> Entry {
         offset: format!("+{:.3} s", (at as i64 - start as i64) as f64 / 1000.0),
         kind: text("what").to_string(),
         text: describe(e),
-        link: message_link(text("channel"), text("ts")).map(|url| {
+        link: entry_link(e).map(|url| {
             let what = if text("what") == "wrote" { "open the reply in Slack" } else { "open the message in Slack" };
             (url, what)
         }),

@@ -57,7 +57,7 @@ pub async fn of(ctx: &Context<'_>, app: &str, d: &query::Detail) -> Result<Optio
         d.timeline.iter().filter(move |e| {
             let outcome = e["outcome"].as_str().unwrap_or_default();
             e["what"] == "wrote"
-                && (outcome == "kept_shadow") == shadow
+                && (outcome == crate::history::SHADOW_KEPT) == shadow
                 && (shadow || crate::history::fields::answers(outcome))
         })
     };

@@ -294,4 +294,8 @@ fn entries_in_words_and_links() {
     assert!(describe(&a).contains("retry 1 (http_timeout)"));
     assert_eq!(message_link("C1", "1700.0001").as_deref(), Some("https://slack.com/archives/C1/p17000001"));
     assert_eq!(message_link("C1\"><", "1"), None);
+    let wrote =
+        |outcome: &str| serde_json::json!({"what": "wrote", "channel": "C1", "ts": "1700.0001", "outcome": outcome});
+    assert!(entry_link(&wrote("forwarded")).is_some());
+    assert_eq!(entry_link(&wrote("kept_shadow")), None, "a shadow's write was never posted: no link");
 }
