@@ -27,6 +27,8 @@ use crate::shared::Shared;
 use crate::slack::{self, Kind, ReplyOutcome};
 use crate::upstream::{Outgoing, Response, SendError, Transport, UpstreamClient};
 
+mod trace;
+
 /// What is sent: the delivery as Slack sent it.
 pub struct Delivery<'a> {
     pub id: &'a str,
@@ -93,14 +95,17 @@ impl Attempted {
 }
 
 /// Send `d` to its route's bot once over `transport`, re-signed now (over HTTP), within the
-/// route's `delivery.timeout`; judge and count it.
-pub async fn send_once(transport: Transport<'_>, metrics: &Metrics, app: &AppConfig, d: Delivery<'_>) -> Attempted {
+/// route's `delivery.timeout`; judge and count it. With traces on, the attempt is a span of the
+/// delivery's trace, and an HTTP bot gets its `traceparent` (flags `00` when the delivery is not
+/// sampled, so the bot's own sampling follows).
+pub async fn send_once(transport: Transport<'_>, shared: &Shared, app: &AppConfig, d: Delivery<'_>) -> Attempted {
     let timeout = d.route.delivery.timeout;
     let started = Instant::now();
+    let span = trace::AttemptSpan::begin(shared, app, &d, &transport);
     let result = match transport {
         Transport::Socket(bots) => {
             let body = (d.content_type, &d.body[..]);
-            bots.send(metrics, &app.name, d.id, d.number, body, timeout).await
+            bots.send(&shared.metrics, &app.name, d.id, d.number, body, timeout).await
         }
         Transport::Http(client) => {
             let out = Outgoing {
@@ -111,11 +116,14 @@ pub async fn send_once(transport: Transport<'_>, metrics: &Metrics, app: &AppCon
                 secret: &app.secrets[0],
                 delivery_id: d.id,
                 attempt: d.number,
+                traceparent: span.traceparent(),
             };
             client.send(out, timeout).await
         }
     };
-    judged(metrics, app, result, started.elapsed())
+    let attempted = judged(&shared.metrics, app, result, started.elapsed());
+    span.end(shared, &attempted);
+    attempted
 }
 
 fn judged(metrics: &Metrics, app: &AppConfig, result: Result<Response, SendError>, took: Duration) -> Attempted {

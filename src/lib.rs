@@ -48,6 +48,8 @@
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, stats and the dead-letter API; [`ops`]:
 //!   operator actions for the CLI and the admin API.
 //! - [`serve`]: steps shared by the gateway's own HTTP/1 listeners (the egress, admin).
+//! - [`telemetry`]: each delivery's trace over OpenTelemetry (`[telemetry]`), its ids derived
+//!   from the delivery's id, its spans queued for an exporting thread that never blocks a caller.
 //! - [`clock`]: wall time from tokio's clock (pausable in tests); [`secret`]: secret values.
 //! - [`sim`]: `slackgate sim`, Slack's side and a bot's for load tests; [`embedded`]: the
 //!   private `redis-server` for laptops.
@@ -81,6 +83,7 @@ pub mod sim;
 pub mod slack;
 pub mod socket;
 pub mod store;
+pub mod telemetry;
 pub mod ui;
 pub mod upstream;
 

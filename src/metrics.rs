@@ -57,6 +57,8 @@ pub struct Metrics {
     pub overload: Overload,
     /// Notes for the delivery history dropped because its writer was behind.
     pub history_dropped: IntCounter,
+    /// Spans by what became of them: exported, failed, dropped (`[telemetry]`).
+    pub trace_spans: IntCounterVec,
     /// Batches of the delivery history that Redis did not take (dropped; the outbox is the
     /// record, the history only a view of it).
     pub history_errors: IntCounter,
@@ -160,6 +162,11 @@ impl Metrics {
             socket: SocketMetrics::new(&r, &fast),
             routes: Routes::new(&r),
             history_dropped: int_counter(&r, "history_dropped_total", "Delivery history notes dropped (writer behind)"),
+            trace_spans: counter(
+                "trace_spans_total",
+                "Spans of delivery traces: exported, failed (the collector refused them or did not answer), dropped (queue full)",
+                &["outcome"],
+            ),
             history_errors: int_counter(&r, "history_errors_total", "Delivery history batches Redis did not take"),
             registry: r,
         }
@@ -242,6 +249,7 @@ impl Metrics {
             &self.socket.reconnects,
             &self.socket.link_disabled,
             &self.history_dropped,
+            &self.trace_spans,
             &self.history_errors,
         ];
         all.extend(self.routes.collectors());

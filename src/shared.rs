@@ -41,6 +41,8 @@ pub struct Shared {
     pub pauses: Pauses,
     /// Copies for apps' shadow bots, queued for the delivery service's copier.
     pub shadow: crate::queue::shadow::Copies,
+    /// Traces (`[telemetry]`), when on: started once by `cli`.
+    pub telemetry: crate::telemetry::Telemetry,
     /// Until when (ms) the live bots' workers are busy: a read found as many deliveries as it
     /// had slots for. The shadow's work waits meanwhile (its copies queue, its lanes idle).
     live_busy_until: AtomicU64,
@@ -63,6 +65,7 @@ impl Shared {
             seen,
             pauses: Pauses::default(),
             shadow: crate::queue::shadow::copies(),
+            telemetry: Default::default(),
             live_busy_until: AtomicU64::new(0),
             workers_running: AtomicBool::new(false),
         })

@@ -112,6 +112,9 @@ pub struct Outgoing<'a> {
     pub secret: &'a Secret,
     pub delivery_id: &'a str,
     pub attempt: u64,
+    /// W3C `traceparent` of the attempt's span (`[telemetry]` on); no `tracestate`: the
+    /// gateway keeps none.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -261,6 +264,7 @@ const TIMESTAMP: http::HeaderName = http::HeaderName::from_static("x-slack-reque
 const SIGNATURE: http::HeaderName = http::HeaderName::from_static("x-slack-signature");
 const DELIVERY: http::HeaderName = http::HeaderName::from_static("x-slackgate-delivery");
 const ATTEMPT: http::HeaderName = http::HeaderName::from_static("x-slackgate-attempt");
+const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
 
 /// The request Slack would have sent the bot, signed now.
 fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, SendError> {
@@ -269,15 +273,18 @@ fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, Send
     let uri = format!("{scheme}://{}{path}", req.upstream.authority());
     let ts = crate::clock::now_secs().to_string();
     let signature = slack::sign(req.secret.expose(), &ts, &req.body);
-    http::Request::post(uri)
+    let request = http::Request::post(uri)
         .header(http::header::CONTENT_TYPE, req.content_type)
         .header(http::header::USER_AGENT, "Slackbot 1.0 (+https://api.slack.com/robots)")
         .header(TIMESTAMP, ts)
         .header(SIGNATURE, signature)
         .header(DELIVERY, req.delivery_id)
-        .header(ATTEMPT, req.attempt.to_string())
-        .body(Full::new(req.body.clone()))
-        .map_err(|e| SendError::Request(e.to_string()))
+        .header(ATTEMPT, req.attempt.to_string());
+    let request = match &req.traceparent {
+        Some(tp) => request.header(TRACEPARENT, tp.as_str()),
+        None => request,
+    };
+    request.body(Full::new(req.body.clone())).map_err(|e| SendError::Request(e.to_string()))
 }
 
 #[cfg(test)]

@@ -44,6 +44,10 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides).with_bound(bound));
     init_series(&shared, &config);
+    shared
+        .telemetry
+        .start(&config.telemetry, shared.metrics.trace_spans.clone())
+        .map_err(|e| anyhow::anyhow!("[telemetry]: {e}"))?;
     let (embedded, redis) = redis(&config, &opts)?;
     // With a Redis URL nothing is written to disk (a read-only root filesystem is fine): the data
     // dir holds the embedded Redis, and the upgrade socket only when --upgrade needs it.
@@ -175,6 +179,9 @@ fn add_writers(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &
 /// the enums that decide them.
 pub(crate) fn init_series(shared: &Shared, config: &Config) {
     let labels = fixed_labels();
+    for outcome in ["exported", "failed", "dropped"] {
+        shared.metrics.trace_spans.with_label_values(&[outcome]);
+    }
     // Which directions of Socket Mode an app uses: its sockets to Slack, a bot's to us.
     let socket = |app: &crate::config::AppConfig| {
         (app.socket_mode.as_ref().is_some_and(|s| s.connections > 0), app.any_socket())

@@ -15,6 +15,8 @@ pub struct FileConfig {
     pub egress: EgressSection,
     #[serde(default)]
     pub ui: UiSection,
+    #[serde(default)]
+    pub telemetry: TelemetrySection,
     #[serde(default, rename = "app")]
     pub apps: Vec<AppSection>,
     /// Files of one app each (`apps.d/*.toml`), relative to this file.
@@ -78,6 +80,17 @@ pub struct UiSection {
     pub history_rate: Option<u32>,
     pub show_text: Option<bool>,
     pub session: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySection {
+    pub otlp_endpoint: Option<String>,
+    pub service_name: Option<String>,
+    pub sample_ratio: Option<f64>,
+    pub trace_url: Option<String>,
+    pub max_queue: Option<usize>,
+    pub export_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -13,6 +13,7 @@ mod redis;
 mod routes;
 mod server;
 mod socket;
+mod telemetry;
 mod turns;
 mod ui;
 mod values;
@@ -27,6 +28,7 @@ pub use routes::{
 pub use server::SLACK_HOOKS_HOST;
 pub use socket::warnings as socket_warnings;
 pub use socket::{SocketModeConfig, SLACK_MAX_CONNECTIONS};
+pub use telemetry::TelemetryConfig;
 pub use turns::{End, Order, TurnsConfig};
 pub use ui::UiConfig;
 pub use values::{interpolate, redact_url, Upstream};
@@ -66,6 +68,7 @@ pub struct Config {
     pub redis: RedisConfig,
     pub egress: EgressConfig,
     pub ui: UiConfig,
+    pub telemetry: TelemetryConfig,
     pub apps: Vec<Arc<AppConfig>>,
 }
 
@@ -361,6 +364,7 @@ impl Config {
         let redis = v.redis(&raw, ov, server.ack_budget)?;
         let egress = v.egress(&raw, ov.egress_listen.as_deref())?;
         let ui = v.ui(&raw)?;
+        let telemetry = v.telemetry(&raw)?;
         let mut apps = Vec::new();
         for (i, a) in raw.apps.iter().enumerate() {
             apps.push(Arc::new(v.app(&format!("app[{i}]."), a, &egress)?));
@@ -374,7 +378,7 @@ impl Config {
         if apps.is_empty() {
             return Err(v.err("app", "at least one [[app]] section (or an included app file) is required"));
         }
-        let config = Config { source: path.to_path_buf(), server, redis, egress, ui, apps };
+        let config = Config { source: path.to_path_buf(), server, redis, egress, ui, telemetry, apps };
         config.check_socket_listen(&v)?;
         config.check_routes()?;
         Ok(config)

@@ -367,7 +367,7 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
         route,
     };
     let attempted = tokio::select! {
-        a = attempt::send_once(s.transport_to(route.upstream), &s.shared.metrics, &s.app, d) => a,
+        a = attempt::send_once(s.transport_to(route.upstream), &s.shared, &s.app, d) => a,
         _ = keep_lease(s, &lease) => return,
     };
     drop(slot);

@@ -31,6 +31,9 @@ pub(super) async fn attribute<'a>(ctx: &Ctx, store: &EgressStore, w: &'a Write) 
     let records = store.conversations(ctx.cfg().attribution_window);
     let found = ctx.step(w, records.source(to.channel(), thread)).await;
     to.source = found.ok().flatten().map(Attributed::from);
+    if let (Some(t), Some(source)) = (&w.call.trace, &to.source) {
+        t.attributed(&source.delivery);
+    }
     Some(to)
 }
 

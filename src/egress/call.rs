@@ -233,6 +233,7 @@ mod tests {
             body: body.to_string().into(),
             token: token(None, body_token),
             fields,
+            trace: None,
         }
     }
 

@@ -17,8 +17,9 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 
 /// Request headers the egress sets itself (or consumes): the `Host` and the length are those
 /// of the request it sends, `Expect` is answered by the egress, which reads the body whole,
-/// and `Idempotency-Key` is the egress's, not Slack's.
-const OWN_REQUEST: [&str; 4] = ["host", "content-length", "expect", "idempotency-key"];
+/// `Idempotency-Key` is the egress's, not Slack's, and the bot's trace context (`traceparent`,
+/// `tracestate`) stops at the egress, whose span of the call is its child.
+const OWN_REQUEST: [&str; 6] = ["host", "content-length", "expect", "idempotency-key", "traceparent", "tracestate"];
 
 /// What a stored answer keeps of Slack's headers, so that a replay carries what the first
 /// answer carried: the `X-…` ones (`X-Slack-Req-Id`, the OAuth scopes, …) and `Warning`,

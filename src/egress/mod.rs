@@ -50,6 +50,7 @@ mod slack_api;
 mod socket_open;
 mod store;
 mod stream;
+mod trace;
 mod turn;
 mod uncertain;
 mod write;
@@ -98,7 +99,11 @@ enum Base {
 }
 
 /// Read one call whole, its body within `body_timeout`; `Err` with the reply for a bad request.
-async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Result<(Call, Base), Reply> {
+async fn read_call(
+    session: &mut ServerSession,
+    body_timeout: Duration,
+    shared: &Shared,
+) -> Result<(Call, Base), Reply> {
     let head = session.req_header();
     // An absolute-form target (`POST http://host/api/…`) is read as its path (RFC 9112
     // §3.2.2); Pingora has refused one whose authority is not its `Host`.
@@ -116,14 +121,24 @@ async fn read_call(session: &mut ServerSession, body_timeout: Duration) -> Resul
     let (content_type, authorization) = (header("content-type"), header("authorization"));
     let idempotency_key = header("idempotency-key").filter(|k| !k.is_empty());
     let forwarded = headers::toward_slack(&head.headers);
+    let trace = trace::CallTrace::of(shared, &head.headers);
     let body = match tokio::time::timeout(body_timeout, read_body(session)).await {
         Ok(body) => body?,
         Err(_) => return Err(Error::RequestTimeout.into()),
     };
     let (fields, body_token) = call::fields(content_type.as_deref(), &body);
     let token = call::token(authorization.as_deref(), body_token);
-    let call =
-        Call { method, verb, path_and_query, idempotency_key, headers: forwarded, body: body.into(), token, fields };
+    let call = Call {
+        method,
+        verb,
+        path_and_query,
+        idempotency_key,
+        headers: forwarded,
+        body: body.into(),
+        token,
+        fields,
+        trace,
+    };
     Ok((call, base))
 }
 
@@ -184,7 +199,7 @@ impl HttpServerApp for Egress {
             respond(&mut session, &reply).await;
             return None;
         }
-        let delivered = match read_call(&mut session, body_timeout).await {
+        let delivered = match read_call(&mut session, body_timeout, &ctx.shared).await {
             Err(reply) => {
                 // The body may be unread: this connection serves nothing more.
                 session.set_keepalive(None);

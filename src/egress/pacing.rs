@@ -27,6 +27,9 @@ pub(super) async fn paced(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &W
         match ctx.step(w, store.pace(&to.place(), app_id, now_ms(), per, c.pace_burst, c.max_wait)).await {
             Ok(Some(wait)) => {
                 ctx.shared.metrics.egress.pacing_seconds.observe(wait.as_secs_f64());
+                if let Some(t) = &w.call.trace {
+                    t.event("paced", vec![opentelemetry::KeyValue::new("slackgate.wait_ms", wait.as_millis() as i64)]);
+                }
                 tokio::time::sleep(wait).await;
             }
             Ok(None) => return Ok(Error::RateLimited { retry_after: plan::paced_out_after(per) }.into()),
@@ -48,7 +51,15 @@ async fn with_retries(ctx: &Ctx, w: &Write, started: Instant) -> Result<Reply, L
         ctx.shared.metrics.egress.slack_seconds.with_label_values(&["write"]).observe(t.elapsed().as_secs_f64());
         match result {
             Ok(r) if r.status == 429 => match plan::retry_wait(r.retry_after, started.elapsed(), max_wait) {
-                Some(wait) => tokio::time::sleep(wait).await,
+                Some(wait) => {
+                    if let Some(t) = &w.call.trace {
+                        t.event(
+                            "slack 429",
+                            vec![opentelemetry::KeyValue::new("slackgate.wait_ms", wait.as_millis() as i64)],
+                        );
+                    }
+                    tokio::time::sleep(wait).await
+                }
                 None => return Ok(Reply::new(cached(r), Outcome::RateLimited)),
             },
             result => return forwarded(result).map_err(|_| Lost { sent_ms }),

@@ -96,7 +96,7 @@ async fn attempt(job: InlineJob, slack: oneshot::Sender<Option<Response>>) {
         route,
     };
     let transport = Transport::of(route.upstream, &job.client, &*job.shared.bots);
-    let attempted = attempt::send_once(transport, &job.shared.metrics, &job.app, d).await;
+    let attempted = attempt::send_once(transport, &job.shared, &job.app, d).await;
     attempt::conclude(attempted, &job, context(&job, route, slack)).await;
     job.copy_to_shadow();
 }

@@ -26,6 +26,7 @@ mod passthrough;
 pub mod plan;
 mod shard_gate;
 mod slack_route;
+mod trace;
 
 pub use admission::Shed;
 pub use answer::counted as counted_requests;
@@ -116,6 +117,8 @@ struct Audit {
     history_id: String,
     /// A message event, for the egress's evidence and thread record (queued after the answer).
     sight: Option<crate::seen::Sight>,
+    /// With traces on: what the request's spans need.
+    trace: Option<Box<trace::RequestTrace>>,
 }
 
 impl Ingress {
@@ -217,6 +220,7 @@ impl Ingress {
             via = if a.via.is_empty() { "http" } else { a.via },
             "ingress"
         );
+        trace::export(&self.shared, app, a, started, (status, kind, outcome));
         self.remember(app, a, (status, kind, outcome), elapsed.as_secs_f64() * 1000.0);
         if let Some(sight) = a.sight.take() {
             self.shared.seen.note(sight);

@@ -193,7 +193,15 @@ impl Ingress {
         let received_ms = now_ms();
         // The id says whether the history keeps this delivery (see `history::KEPT`).
         let kept = self.shared.history.keep_next(received_ms);
-        let nonce = rand::random::<u64>() & !crate::history::KEPT | if kept { crate::history::KEPT } else { 0 };
+        // And whether its trace is sampled (see `telemetry::ids::TRACED`), with traces on.
+        if let Some(traces) = self.shared.telemetry.get() {
+            audit.trace = Some(super::trace::RequestTrace::new(traces.sample(), &v.path, d));
+        }
+        let traced = audit.trace.as_ref().is_some_and(|t| t.sampled);
+        let bits = (crate::history::KEPT, crate::telemetry::ids::TRACED);
+        let nonce = rand::random::<u64>() & !(bits.0 | bits.1)
+            | if kept { bits.0 } else { 0 }
+            | if traced { bits.1 } else { 0 };
         let plan = plan::plan(d, app, self.config.redis.shards, received_ms, nonce);
         if kept {
             audit.arrival = Some(super::history::arrival(&v, &plan));
@@ -228,7 +236,12 @@ impl Ingress {
         };
         let earlier = self.earlier_shard(app, d, &plan, received_ms, deadline).await;
         let at = Shards { now: &keys, earlier: earlier.as_ref() };
-        let recorded = match self.admitted_record(app, plan.shard, at, &new, deadline).await {
+        let began = audit.trace.is_some().then(std::time::Instant::now);
+        let recorded = self.admitted_record(app, plan.shard, at, &new, deadline).await;
+        if let (Some(t), Some(began)) = (audit.trace.as_mut(), began) {
+            t.record = Some((began, std::time::Instant::now()));
+        }
+        let recorded = match recorded {
             Ok(r) => r,
             Err(refusal) => return refusal,
         };

@@ -159,6 +159,8 @@ pub struct Call {
     /// The token, from the bearer header or the body; never logged or stored.
     pub token: Option<Secret>,
     pub fields: Fields,
+    /// With traces on: what its span needs (the bot's `traceparent`, its delivery, waits).
+    pub trace: Option<Box<super::trace::CallTrace>>,
 }
 
 /// What a write says about where it goes.

@@ -1,0 +1,83 @@
+//! An attempt's span (`[telemetry]` on): a client span of the delivery's trace, under the
+//! Slack request's span, whichever process or retry makes it; its `traceparent` goes to an
+//! HTTP bot. Its attributes are the HTTP conventions' safe part (`server.address`, `url.path`,
+//! the method and status; never a query or a full URL) and Slack's ids.
+
+use std::time::Instant;
+
+use super::{Attempted, Delivery};
+use crate::config::AppConfig;
+use crate::shared::Shared;
+use crate::telemetry::{traceparent, DeliveryTrace, Span, SpanKind};
+use crate::upstream::{SendError, Transport};
+
+/// An attempt's span while it runs.
+pub(super) enum AttemptSpan {
+    /// Traces are off: nothing at all.
+    Off,
+    /// The delivery's trace is not sampled: the bot is told so, nothing is exported.
+    Unsampled(String),
+    Sampled(Box<Span>),
+}
+
+impl AttemptSpan {
+    pub(super) fn begin(shared: &Shared, app: &AppConfig, d: &Delivery<'_>, transport: &Transport<'_>) -> AttemptSpan {
+        if shared.telemetry.get().is_none() {
+            return AttemptSpan::Off;
+        }
+        let trace = DeliveryTrace::of(d.id);
+        if !trace.sampled {
+            let id = opentelemetry::trace::SpanId::from(rand::random::<u64>() | 1);
+            return AttemptSpan::Unsampled(traceparent(trace.trace_id, id, false));
+        }
+        let socket = matches!(transport, Transport::Socket(_));
+        let name = format!("deliver to {}", app.name);
+        let mut span = Span::new(name, SpanKind::Client, trace.trace_id, Some(trace.root))
+            .started(Instant::now())
+            .attr("slack.app", app.name.clone())
+            .attr("slackgate.delivery", d.id.to_string())
+            .attr("slackgate.attempt", d.number as i64)
+            .attr("slackgate.upstream", d.route.label.to_string());
+        if !socket {
+            let path = d.route.upstream.path.as_deref().unwrap_or(d.path);
+            span = span
+                .attr("http.request.method", "POST")
+                .attr("server.address", d.route.upstream.host.clone())
+                .attr("server.port", i64::from(d.route.upstream.port))
+                .attr("url.path", path.split('?').next().unwrap_or_default().to_string());
+        } else {
+            span = span.attr("slackgate.transport", "socket");
+        }
+        AttemptSpan::Sampled(Box::new(span))
+    }
+
+    /// The bot's `traceparent` (none with traces off).
+    pub(super) fn traceparent(&self) -> Option<String> {
+        match self {
+            AttemptSpan::Off => None,
+            AttemptSpan::Unsampled(tp) => Some(tp.clone()),
+            AttemptSpan::Sampled(span) => {
+                let c = span.context();
+                Some(traceparent(c.trace_id(), c.span_id(), true))
+            }
+        }
+    }
+
+    /// End it with what the attempt found.
+    pub(super) fn end(self, shared: &Shared, attempted: &Attempted) {
+        let (AttemptSpan::Sampled(mut span), Some(traces)) = (self, shared.telemetry.get()) else { return };
+        match &attempted.result {
+            Ok(r) => {
+                span.set("http.response.status_code", i64::from(r.status));
+                if r.status >= 400 {
+                    span.error(crate::metrics::status_class(r.status));
+                }
+            }
+            Err(e) => {
+                span.set("error.type", e.as_label());
+                span.error(SendError::as_label(e));
+            }
+        }
+        traces.push(span.ended(Instant::now()));
+    }
+}

@@ -1,0 +1,93 @@
+//! A write's span (`[telemetry]` on): `slack <method>`, a client span toward Slack with the
+//! write's outcome (posted, replayed, withheld and why, …). It is a child of the bot's own span
+//! when the call carried a `traceparent` (an instrumented client), else a trace of its own
+//! linked to the delivery the write was attributed to, else a trace of its own. The bot's
+//! `traceparent` and `tracestate` never reach Slack (`headers::toward_slack`).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use opentelemetry::trace::{SpanContext, TraceId};
+use opentelemetry::KeyValue;
+
+use super::model::{Call, Outcome};
+use super::plan::KeyKind;
+use crate::shared::Shared;
+use crate::telemetry::{parse_traceparent, DeliveryTrace, Span, SpanKind};
+
+/// What a call's span needs, gathered while it runs (only with traces on).
+pub struct CallTrace {
+    started: Instant,
+    /// The bot's own span, from its `traceparent` (and `tracestate`).
+    parent: Option<SpanContext>,
+    /// The delivery the write was attributed to, once known; waits and 429s on the way.
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    delivery: Option<String>,
+    events: Vec<(&'static str, Instant, Vec<KeyValue>)>,
+}
+
+impl CallTrace {
+    /// For a call with `headers`, when traces are on.
+    pub fn of(shared: &Shared, headers: &http::HeaderMap) -> Option<Box<CallTrace>> {
+        shared.telemetry.get()?;
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let parent = header("traceparent").and_then(|tp| parse_traceparent(tp, header("tracestate")));
+        Some(Box::new(CallTrace { started: Instant::now(), parent, seen: Mutex::default() }))
+    }
+
+    /// The write answers `delivery`.
+    pub fn attributed(&self, delivery: &str) {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).delivery = Some(delivery.to_string());
+    }
+
+    /// Something on the way: the pacing's wait, a 429.
+    pub fn event(&self, name: &'static str, attributes: Vec<KeyValue>) {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).events.push((name, Instant::now(), attributes));
+    }
+}
+
+/// Export the write's span, once its outcome is known.
+pub(super) fn export(shared: &Shared, call: &Call, key: KeyKind, outcome: Outcome, api_host: &str) {
+    let (Some(t), Some(traces)) = (call.trace.as_deref(), shared.telemetry.get()) else { return };
+    let seen = std::mem::take(&mut *t.seen.lock().unwrap_or_else(|e| e.into_inner()));
+    let delivery = seen.delivery.as_deref().map(DeliveryTrace::of);
+    let name = format!("slack {}", call.method);
+    let mut span = match (&t.parent, delivery) {
+        (Some(parent), _) if !parent.is_sampled() => return,
+        (Some(parent), _) => {
+            Span::new(name, SpanKind::Client, parent.trace_id(), Some(parent.span_id())).remote_parent()
+        }
+        (None, Some(d)) if !d.sampled => return,
+        (None, Some(_)) => Span::new(name, SpanKind::Client, random_trace(), None),
+        (None, None) if !traces.sample() => return,
+        (None, None) => Span::new(name, SpanKind::Client, random_trace(), None),
+    };
+    if let Some(d) = delivery {
+        span.link(d.root_context(), vec![KeyValue::new("slackgate.link", "attributed delivery")]);
+    }
+    let mut span = span
+        .started(t.started)
+        .attr("http.request.method", "POST")
+        .attr("server.address", api_host.to_string())
+        .attr("url.path", format!("/api/{}", call.method))
+        .attr("slack.api.method", call.method.clone())
+        .attr("slack.channel_id", call.fields.channel.clone().unwrap_or_default())
+        .attr("slackgate.delivery", seen.delivery.clone().unwrap_or_default())
+        .attr("slackgate.key", key.as_label())
+        .attr("slackgate.outcome", outcome.as_label());
+    for (name, at, attributes) in seen.events {
+        span.event(name, at, attributes);
+    }
+    if matches!(outcome, Outcome::Failed | Outcome::Unknown) {
+        span.error(outcome.as_label());
+    }
+    traces.push(span.ended(Instant::now()));
+}
+
+fn random_trace() -> TraceId {
+    TraceId::from(rand::random::<u128>() | 1)
+}
