@@ -15,6 +15,7 @@ use crate::utils::*;
 
 pub(crate) mod payloads;
 mod shadow;
+mod traces;
 use payloads::*;
 
 /// What Bolt logs when it answers 401 to a bad signature.
