@@ -110,10 +110,15 @@ pub fn show(o: &ShowOpts) -> anyhow::Result<()> {
         };
         d.body = d.body.map(|b| redact(&b, config.ui.show_text));
         d.hide_text(config.ui.show_text);
+        let trace = crate::telemetry::shown(&config.telemetry, &d.summary.id);
+        d.trace_id = trace.as_ref().map(|(id, _)| id.clone());
         if o.target.json {
             return print_json(&d);
         }
         print_detail(&d);
+        if let Some((id, link)) = trace {
+            out!("trace {id}{}", link.map(|l| format!("  {l}")).unwrap_or_default());
+        }
         Ok(())
     })
 }

@@ -254,6 +254,9 @@ pub struct Detail {
     pub summary: Summary,
     pub body: Option<String>,
     pub timeline: Vec<Value>,
+    /// The delivery's trace id, when traces are on and it was sampled (set by its reader).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl Detail {
@@ -285,6 +288,7 @@ pub async fn show(conn: &mut Conn, prefix: &str, app: &str, id: &str) -> RedisRe
         summary: Summary { app: app.to_string(), id: id.to_string(), fields: f.fields },
         body: body.map(|b| String::from_utf8_lossy(&b).into_owned()).or(f.body),
         timeline: f.timeline,
+        trace_id: None,
     }))
 }
 

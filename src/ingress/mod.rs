@@ -198,6 +198,11 @@ impl Ingress {
         (status, kind, outcome): (u16, RequestKind, Outcome),
     ) {
         let elapsed = started.elapsed();
+        // With traces on, the line names the delivery's trace (empty when not sampled).
+        let trace_id = match self.shared.telemetry.of(&a.delivery) {
+            Some((_, t)) => t.trace_id.to_string(),
+            None => String::new(),
+        };
         if !app.is_empty() {
             let m = &self.shared.metrics;
             m.requests.with_label_values(&[app, kind.as_label(), outcome.as_label()]).inc();
@@ -218,6 +223,7 @@ impl Ingress {
             reason = %a.reason,
             ack_ms = elapsed.as_secs_f64() * 1000.0,
             via = if a.via.is_empty() { "http" } else { a.via },
+            trace_id,
             "ingress"
         );
         trace::export(&self.shared, app, a, started, (status, kind, outcome));

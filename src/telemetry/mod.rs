@@ -49,6 +49,18 @@ impl Telemetry {
     }
 }
 
+/// What the pages and `slackgate show` say of `delivery`'s trace: its id and, with
+/// `trace_url`, its link; `None` when traces are off or the delivery is not sampled.
+pub fn shown(cfg: &TelemetryConfig, delivery: &str) -> Option<(String, Option<String>)> {
+    let trace = DeliveryTrace::of(delivery);
+    if !cfg.is_on() || !trace.sampled {
+        return None;
+    }
+    let id = trace.trace_id.to_string();
+    let link = cfg.link(&id);
+    Some((id, link))
+}
+
 /// Exporting traces.
 pub struct Traces {
     queue: mpsc::Sender<SpanData>,

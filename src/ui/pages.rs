@@ -353,6 +353,8 @@ struct DeliveryPage<'a> {
     purge_nonce: String,
     /// With a copy for the app's shadow: both bots' answers.
     side_by_side: Option<super::side_by_side::SideBySide>,
+    /// Its trace, when traces are on and it was sampled: the id and `trace_url`'s link.
+    trace: Option<(String, Option<String>)>,
 }
 
 async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failure> {
@@ -392,6 +394,7 @@ async fn delivery(ctx: &Context<'_>, app: &str, id: &str) -> Result<Reply, Failu
         purge_nonce: super::actions::once::nonce(),
         side_by_side,
         status,
+        trace: crate::telemetry::shown(&config.telemetry, id),
     };
     Ok(render(StatusCode::OK, &page))
 }

@@ -49,7 +49,7 @@ async fn a_deliverys_trace_holds_its_request_record_and_each_attempt_and_the_bot
     let (redis, bot, receiver) = (RedisServer::start(), Receiver::start(SECRET).await, OtlpReceiver::start().await);
     bot.push(Reply::status(500));
     let mut cfg = GatewayConfig::new(&redis.url(), &prefix("trace1"), &bot.url());
-    cfg.tail = telemetry(&receiver, "service_name = \"gw-test\"\n");
+    cfg.tail = telemetry(&receiver, "service_name = \"gw-test\"\ntrace_url = \"https://tempo.example/trace/{trace_id}\"\n");
     let gw = Gateway::start(&cfg).await;
     let event = Req::signed("/slack/events?x=1", mention("EvTrace1", "1700000800.000100"), SECRET);
     assert_eq!(send(gw.port, event).await.0, 200);
@@ -91,6 +91,16 @@ async fn a_deliverys_trace_holds_its_request_record_and_each_attempt_and_the_bot
     assert_nothing_secret(&spans);
     let exported = r#"slackgate_trace_spans_total{outcome="exported"}"#;
     assert!(metric(gw.admin_port, exported).await >= 5.0);
+    // The audit line, the delivery's page and `slackgate show` name the trace.
+    assert!(gw.log().contains(&format!("trace_id=\"{trace}\"")), "{}", gw.log());
+    let id = bot.received()[0].header("x-slackgate-delivery").unwrap();
+    let mut page = crate::ui::page(gw.admin_port, &format!("/ui/d/bot/{id}"), "", None).await;
+    until(Duration::from_secs(10), async || {
+        page = crate::ui::page(gw.admin_port, &format!("/ui/d/bot/{id}"), "", None).await;
+        page.body.contains(trace)
+    })
+    .await;
+    assert!(page.body.contains(&format!("https://tempo.example/trace/{trace}")), "{}", page.body);
     // Slack's redelivery of it is absorbed, on the same trace.
     let mut again = Req::signed("/slack/events", mention("EvTrace1", "1700000800.000100"), SECRET);
     again.headers.push(("X-Slack-Retry-Num".into(), "1".into()));
