@@ -56,7 +56,7 @@ impl Attempted {
 
     /// The attempt's audit line (target `slackgate::audit`); `next_retry_ms` is the delay to the
     /// next attempt when one is scheduled.
-    fn audit(&self, message: &'static str, number: u64, outcome: Outcome, next_retry_ms: u64) {
+    fn audit(&self, message: &'static str, (number, trace_id): (u64, &str), outcome: Outcome, next_retry_ms: u64) {
         let error = self.result.as_ref().err().map(SendError::as_label).unwrap_or_default();
         info!(
             target: "slackgate::audit",
@@ -66,6 +66,7 @@ impl Attempted {
             error,
             latency_ms = self.took.as_secs_f64() * 1000.0,
             next_retry_ms,
+            trace_id,
             "{message}"
         );
     }
@@ -227,7 +228,8 @@ pub async fn conclude(attempted: Attempted, fence: &impl Fence, at: Context<'_>)
     if !at.finished(fence.finish(how).await, outcome) {
         return;
     }
-    attempted.audit(at.path.words().audit, at.number, outcome, next_retry_ms);
+    let trace_id = trace::trace_id(at.shared, at.delivery);
+    attempted.audit(at.path.words().audit, (at.number, &trace_id), outcome, next_retry_ms);
     let who = (at.app.name.as_str(), at.delivery, at.path.by());
     attempted.remember(at.shared, who, at.number, outcome, next_retry_ms);
     at.hand_on(&attempted, now).await;
@@ -298,7 +300,7 @@ impl Context<'_> {
             }
         };
         if let (true, Ok(resp)) = (late, &attempted.result) {
-            late_reply(self.client, m, app, &self.reply_to, resp).await;
+            late_reply(self.client, self.shared, (app, self.delivery), &self.reply_to, resp).await;
         }
     }
 }
@@ -363,20 +365,29 @@ impl ReplyTo<'_> {
 /// Post a bot's late 2xx answer to a slash command or block action to its `response_url`,
 /// once (the URL is valid five times in 30 minutes; a failure is not retried), and only when
 /// that URL is Slack's. Counted and audited; other deliveries and empty answers post nothing.
-async fn late_reply(client: &UpstreamClient, metrics: &Metrics, app: &str, to: &ReplyTo<'_>, resp: &Response) {
+async fn late_reply(
+    client: &UpstreamClient,
+    shared: &Shared,
+    (app, delivery): (&str, &str),
+    to: &ReplyTo<'_>,
+    resp: &Response,
+) {
     if !(200..300).contains(&resp.status) || !slack::replies_late(to.kind, to.detail) || to.response_url.is_empty() {
         return;
     }
     let Some(json) = slack::late_reply(resp.content_type.as_deref(), &resp.body) else { return };
-    let (outcome, detail) = match slack::check_response_url(to.response_url, to.allowed_hosts) {
+    let started = Instant::now();
+    let checked = slack::check_response_url(to.response_url, to.allowed_hosts);
+    let (outcome, detail) = match &checked {
         Err(refused) => (ReplyOutcome::Refused, refused.to_string()),
-        Ok(url) => match client.post_json(&url, Bytes::from(json), Duration::from_secs(5)).await {
+        Ok(url) => match client.post_json(url, Bytes::from(json), Duration::from_secs(5)).await {
             Ok(r) if (200..300).contains(&r.status) => (ReplyOutcome::Posted, String::new()),
             Ok(r) => (ReplyOutcome::Failed, format!("status {}", r.status)),
             Err(e) => (ReplyOutcome::Failed, e.to_string()),
         },
     };
-    metrics.response_url_posts.with_label_values(&[app, outcome.as_label()]).inc();
+    trace::late_reply(shared, delivery, started, checked.as_ref().ok(), outcome.as_label());
+    shared.metrics.response_url_posts.with_label_values(&[app, outcome.as_label()]).inc();
     info!(target: "slackgate::audit", outcome = outcome.as_label(), detail, "late reply");
 }
 

@@ -162,11 +162,7 @@ impl Metrics {
             socket: SocketMetrics::new(&r, &fast),
             routes: Routes::new(&r),
             history_dropped: int_counter(&r, "history_dropped_total", "Delivery history notes dropped (writer behind)"),
-            trace_spans: counter(
-                "trace_spans_total",
-                "Spans of delivery traces: exported, failed (the collector refused them or did not answer), dropped (queue full)",
-                &["outcome"],
-            ),
+            trace_spans: trace_spans(&r),
             history_errors: int_counter(&r, "history_errors_total", "Delivery history batches Redis did not take"),
             registry: r,
         }
@@ -405,6 +401,13 @@ impl Metrics {
         self.attempt_seconds.with_label_values(&[app]).observe(took.as_secs_f64());
         self.upstream_responses.with_label_values(&[app, class]).inc();
     }
+}
+
+/// `trace_spans_total{outcome}` (`[telemetry]`).
+fn trace_spans(r: &Registry) -> IntCounterVec {
+    let help = "Spans of delivery traces: exported, failed (the collector refused them or did not answer), dropped \
+                (queue full)";
+    counter(r, "trace_spans_total", help, &["outcome"])
 }
 
 pub(crate) fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {

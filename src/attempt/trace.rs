@@ -11,6 +11,37 @@ use crate::shared::Shared;
 use crate::telemetry::{traceparent, DeliveryTrace, Span, SpanKind};
 use crate::upstream::{SendError, Transport};
 
+/// The delivery's trace id for the audit lines ('' with traces off or not sampled).
+pub(super) fn trace_id(shared: &Shared, delivery: &str) -> String {
+    shared.telemetry.of(delivery).map(|(_, t)| t.trace_id.to_string()).unwrap_or_default()
+}
+
+/// The late `response_url` reply's span: its host and the path's first segment (`/commands`,
+/// `/actions`) only — the rest of the URL is what lets anyone post, never exported.
+pub(super) fn late_reply(
+    shared: &Shared,
+    delivery: &str,
+    started: Instant,
+    url: Option<&url::Url>,
+    outcome: &'static str,
+) {
+    let Some((traces, trace)) = shared.telemetry.of(delivery) else { return };
+    let mut span = Span::new("slack response_url", SpanKind::Client, trace.trace_id, Some(trace.root))
+        .started(started)
+        .attr("http.request.method", "POST")
+        .attr("slackgate.delivery", delivery.to_string())
+        .attr("slackgate.outcome", outcome);
+    if let Some(url) = url {
+        let kind = url.path_segments().and_then(|mut s| s.next()).unwrap_or_default();
+        span.set("server.address", url.host_str().unwrap_or_default().to_string());
+        span.set("url.path", format!("/{kind}/…"));
+    }
+    if outcome != "posted" {
+        span.error(outcome);
+    }
+    traces.push(span.ended(Instant::now()));
+}
+
 /// An attempt's span while it runs.
 pub(super) enum AttemptSpan {
     /// Traces are off: nothing at all.

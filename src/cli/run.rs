@@ -44,10 +44,7 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let live = Arc::new(Live::new(config.clone(), opts.config.config.clone(), overrides).with_bound(bound));
     init_series(&shared, &config);
-    shared
-        .telemetry
-        .start(&config.telemetry, shared.metrics.trace_spans.clone())
-        .map_err(|e| anyhow::anyhow!("[telemetry]: {e}"))?;
+    start_telemetry(&shared, &config)?;
     let (embedded, redis) = redis(&config, &opts)?;
     // With a Redis URL nothing is written to disk (a read-only root filesystem is fine): the data
     // dir holds the embedded Redis, and the upgrade socket only when --upgrade needs it.
@@ -177,6 +174,12 @@ fn add_writers(server: &mut Server, config: &Config, live: &Arc<Live>, shared: &
 
 /// Every series with a fixed label set, for every app, at zero: the label values come from
 /// the enums that decide them.
+/// Traces, when `[telemetry]` is on: the exporting thread, started once for the process.
+fn start_telemetry(shared: &Shared, config: &Config) -> anyhow::Result<()> {
+    let counts = shared.metrics.trace_spans.clone();
+    shared.telemetry.start(&config.telemetry, counts).map_err(|e| anyhow::anyhow!("[telemetry] {e}"))
+}
+
 pub(crate) fn init_series(shared: &Shared, config: &Config) {
     let labels = fixed_labels();
     for outcome in ["exported", "failed", "dropped"] {

@@ -47,25 +47,10 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
     let mut after: Option<String> = None;
     let _running = s.shared.drain.enter(Work::Reader);
     while !*stop.borrow() && !s.shared.drain.draining() {
-        if !s.reaches_a_bot() {
-            tokio::select! {
-                _ = tokio::time::sleep(NO_BOT_POLL) => continue,
-                _ = stop.changed() => break,
-            }
-        }
-        // A shadow's lane waits while the ack path is pressed: the live bot's acks come first.
-        if s.is_lane() && !super::shadow::yield_to_acks(&s.shared, &mut stop).await {
-            break;
-        }
-        // And it backs off from a bot it cannot reach, one probe at a time.
-        let probe = match s.reach.as_ref().map(|r| r.turn()) {
-            Some(Turn::Wait(wait)) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => continue,
-                    _ = stop.changed() => break,
-                }
-            }
-            probe => probe == Some(Turn::Probe),
+        let probe = match gate(&s, &mut stop).await {
+            Gate::Stop => break,
+            Gate::Again => continue,
+            Gate::Go { probe } => probe,
         };
         let Some(mut permits) = take_permits(&s, &mut stop).await else { break };
         if probe {
@@ -101,6 +86,42 @@ pub(super) async fn read_loop(s: Arc<Shard>, redis: outbox::Endpoint, mut stop: 
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
         }
+    }
+}
+
+/// Whether a reader reads now.
+enum Gate {
+    Stop,
+    /// Look again (a wait is over).
+    Again,
+    /// Read; one entry only when `probe`.
+    Go {
+        probe: bool,
+    },
+}
+
+/// A Socket Mode app's reader waits while no bot of it is connected here. A shadow's lane waits
+/// while the ack path is pressed (the live bot's acks come first), and backs off from a bot it
+/// cannot reach, one probe at a time. Any other reader goes at once.
+async fn gate(s: &Shard, stop: &mut watch::Receiver<bool>) -> Gate {
+    if !s.reaches_a_bot() {
+        return tokio::select! {
+            _ = tokio::time::sleep(NO_BOT_POLL) => Gate::Again,
+            _ = stop.changed() => Gate::Stop,
+        };
+    }
+    if !s.is_lane() {
+        return Gate::Go { probe: false };
+    }
+    if !super::shadow::yield_to_acks(&s.shared, stop).await {
+        return Gate::Stop;
+    }
+    match s.reach.as_ref().map(|r| r.turn()) {
+        Some(Turn::Wait(wait)) => tokio::select! {
+            _ = tokio::time::sleep(wait) => Gate::Again,
+            _ = stop.changed() => Gate::Stop,
+        },
+        turn => Gate::Go { probe: turn == Some(Turn::Probe) },
     }
 }
 

@@ -191,17 +191,7 @@ impl Ingress {
         audit.receipt = d.receipt.clone().unwrap_or_default();
         audit.sight = self.sight(d, &v.body);
         let received_ms = now_ms();
-        // The id says whether the history keeps this delivery (see `history::KEPT`).
-        let kept = self.shared.history.keep_next(received_ms);
-        // And whether its trace is sampled (see `telemetry::ids::TRACED`), with traces on.
-        if let Some(traces) = self.shared.telemetry.get() {
-            audit.trace = Some(super::trace::RequestTrace::new(traces.sample(), &v.path, d));
-        }
-        let traced = audit.trace.as_ref().is_some_and(|t| t.sampled);
-        let bits = (crate::history::KEPT, crate::telemetry::ids::TRACED);
-        let nonce = rand::random::<u64>() & !(bits.0 | bits.1)
-            | if kept { bits.0 } else { 0 }
-            | if traced { bits.1 } else { 0 };
+        let (kept, nonce) = self.nonce(&v, audit, received_ms);
         let plan = plan::plan(d, app, self.config.redis.shards, received_ms, nonce);
         if kept {
             audit.arrival = Some(super::history::arrival(&v, &plan));
@@ -246,6 +236,22 @@ impl Ingress {
             Err(refusal) => return refusal,
         };
         self.recorded(app, recorded, Placed { plan, keys, received_ms, deadline }, v, audit).await
+    }
+
+    /// The new delivery id's nonce, which says whether the history keeps the delivery (see
+    /// `history::KEPT`) and whether its trace is sampled (see `telemetry::ids::TRACED`, with
+    /// traces on); and the first.
+    fn nonce(&self, v: &Verified, audit: &mut Audit, received_ms: u64) -> (bool, u64) {
+        let kept = self.shared.history.keep_next(received_ms);
+        if let Some(traces) = self.shared.telemetry.get() {
+            audit.trace = Some(super::trace::RequestTrace::new(traces.sample(), &v.path, &v.delivery));
+        }
+        let traced = audit.trace.as_ref().is_some_and(|t| t.sampled);
+        let bits = (crate::history::KEPT, crate::telemetry::ids::TRACED);
+        let nonce = rand::random::<u64>() & !(bits.0 | bits.1)
+            | if kept { bits.0 } else { 0 }
+            | if traced { bits.1 } else { 0 };
+        (kept, nonce)
     }
 
     /// The record under admission: past the shard gate (a shard whose primary is gone gets its

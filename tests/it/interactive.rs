@@ -123,6 +123,35 @@ async fn a_late_command_reply_is_posted_once_to_response_url() {
     assert!(nothing_left(&redis));
 }
 
+/// With traces on, a command's trace holds its inline attempt and its late `response_url`
+/// reply, whose span names the hook's host and the path's kind only (the rest of the URL lets
+/// anyone post).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_command_replys_trace_has_its_inline_attempt_and_the_response_url_by_host_and_kind_only() {
+    let receiver = OtlpReceiver::start().await;
+    let app = format!("inline = {{ command = \"400ms\" }}\n[telemetry]\notlp_endpoint = \"{}\"", receiver.endpoint());
+    let (_redis, bot, hook, gw, _ca) = setup_with_hook("latetrace", &app).await;
+    bot.push(Reply::status(200).body("text/plain", "late answer").delay(Duration::from_millis(1200)));
+    let url = format!("{}/commands/T1/1/s3cr3tpart", hook.https_url());
+    let (status, _) = send(gw.port, Req::signed("/slack/events", command("3.3.t", &url), SECRET)).await;
+    assert_eq!(status, 200);
+    assert!(eventually(Duration::from_secs(5), || hook.count() == 1).await, "{}", gw.log());
+    let (ok, spans) =
+        receiver.spans_until(Duration::from_secs(10), |s| s.iter().any(|x| x["name"] == "slack response_url")).await;
+    assert!(ok, "{spans:#?}\n{}", gw.log());
+    let find = |name: &str| spans.iter().find(|x| x["name"] == name).unwrap_or_else(|| panic!("{name}: {spans:#?}"));
+    let (root, attempt, reply) = (find("POST /slack/events"), find("deliver to bot"), find("slack response_url"));
+    for child in [attempt, reply] {
+        assert_eq!((&child["trace_id"], &child["parent_span_id"]), (&root["trace_id"], &root["span_id"]), "{child}");
+    }
+    assert_eq!(root["attributes"]["slack.kind"], "command");
+    assert_eq!(reply["attributes"]["server.address"], "localhost");
+    assert_eq!(reply["attributes"]["url.path"], "/commands/…");
+    assert_eq!(reply["attributes"]["slackgate.outcome"], "posted");
+    let all = serde_json::to_string(&spans).unwrap();
+    assert!(!all.contains("s3cr3tpart") && !all.contains("late answer"), "{all}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_block_suggestion_expires_instead_of_being_retried() {
     let (redis, bot, gw, prefix) = setup("opts", r#"inline = { interactivity = "300ms" }"#).await;

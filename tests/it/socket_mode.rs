@@ -77,6 +77,32 @@ async fn an_event_over_the_socket_reaches_the_http_bot_once(kind: Bolt) {
     assert!(!log.contains(XAPP) && !log.contains("ticket="), "a secret in the log:\n{log}");
 }
 
+/// With traces on, an envelope from Slack's socket begins its delivery's trace
+/// (`slack socket envelope`), and the attempt toward the HTTP bot is its child, its
+/// `traceparent` on the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelopes_trace_begins_at_the_socket_and_reaches_the_http_bot() {
+    let (redis, slack, bot) = (RedisServer::start(), FakeSocket::start(XAPP).await, Receiver::start(SECRET).await);
+    let receiver = OtlpReceiver::start().await;
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("socktrace"), &bot.url());
+    cfg.app =
+        format!("socket_mode = {{ app_token = \"${{SG_XAPP}}\", connections = 1, api_url = \"{}\" }}", slack.api_url());
+    cfg.tail = format!("[telemetry]\notlp_endpoint = \"{}\"\n", receiver.endpoint());
+    let gw = Gateway::start_with_env(&cfg, &[("SG_XAPP", XAPP)]).await;
+    assert!(slack.wait_open(1, WAIT).await, "{}", gw.log());
+    let envelope = slack.send("events_api", event_payload("EvSockTrace"), false);
+    assert!(slack.wait_ack(&envelope, WAIT).await.is_some(), "{}", gw.log());
+    assert!(eventually(WAIT, || bot.count() == 1).await, "{}", gw.log());
+    let (ok, spans) = receiver.spans_until(WAIT, |s| s.iter().any(|x| x["name"] == "deliver to bot")).await;
+    assert!(ok, "{spans:#?}\n{}", gw.log());
+    let root = spans.iter().find(|x| x["name"] == "slack socket envelope").expect("the envelope's span");
+    let attempt = spans.iter().find(|x| x["name"] == "deliver to bot").unwrap();
+    assert_eq!((&attempt["trace_id"], &attempt["parent_span_id"]), (&root["trace_id"], &root["span_id"]));
+    assert_eq!(root["attributes"]["slack.event_id"], "EvSockTrace");
+    let tp = bot.received()[0].header("traceparent").expect("a traceparent");
+    assert!(tp.contains(root["trace_id"].as_str().unwrap()), "{tp}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_over_the_socket_reaches_bolt_python_over_http_once() {
     an_event_over_the_socket_reaches_the_http_bot_once(Bolt::Python).await;

@@ -49,8 +49,10 @@ async fn a_deliverys_trace_holds_its_request_record_and_each_attempt_and_the_bot
     let (redis, bot, receiver) = (RedisServer::start(), Receiver::start(SECRET).await, OtlpReceiver::start().await);
     bot.push(Reply::status(500));
     let mut cfg = GatewayConfig::new(&redis.url(), &prefix("trace1"), &bot.url());
-    cfg.tail = telemetry(&receiver, "service_name = \"gw-test\"\ntrace_url = \"https://tempo.example/trace/{trace_id}\"\n");
-    let gw = Gateway::start(&cfg).await;
+    cfg.tail =
+        telemetry(&receiver, "service_name = \"gw-test\"\ntrace_url = \"https://tempo.example/trace/{trace_id}\"\n");
+    // The collector's auth header, from the standard variable.
+    let gw = Gateway::start_with_env(&cfg, &[("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-key=k%201")]).await;
     let event = Req::signed("/slack/events?x=1", mention("EvTrace1", "1700000800.000100"), SECRET);
     assert_eq!(send(gw.port, event).await.0, 200);
     assert!(eventually(Duration::from_secs(10), || bot.count() == 2).await, "{}", gw.log());
@@ -89,6 +91,8 @@ async fn a_deliverys_trace_holds_its_request_record_and_each_attempt_and_the_bot
     assert_eq!(failed["attributes"]["http.response.status_code"], 500);
     assert_eq!(failed["status"]["code"], 2, "an error status: {failed}");
     assert_nothing_secret(&spans);
+    let requests = receiver.requests().await;
+    assert!(requests.iter().all(|r| r["headers"]["x-collector-key"] == "k 1"), "{requests:#?}");
     let exported = r#"slackgate_trace_spans_total{outcome="exported"}"#;
     assert!(metric(gw.admin_port, exported).await >= 5.0);
     // The audit line, the delivery's page and `slackgate show` name the trace.

@@ -337,6 +337,7 @@ mod limits;
 mod routes;
 mod secrets;
 mod socket;
+mod telemetry;
 
 // ---------------------------------------------------------------- [redis]: topologies, auth, durability
 
