@@ -68,7 +68,7 @@ impl Ctx {
     /// the text).
     pub fn account(&self, call: &Call, key: KeyKind, outcome: Outcome) {
         self.count("write", outcome);
-        super::trace::export(&self.shared, call, key, outcome, &self.config.egress.slack_api_url.host);
+        super::trace::export(&self.shared, call, key, outcome, Some(&self.config.egress.slack_api_url.host));
         info!(
             target: "slackgate::audit",
             method = %call.method,

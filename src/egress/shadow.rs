@@ -70,6 +70,11 @@ pub(super) async fn call(ctx: &Arc<Ctx>, call: Call, session: &mut ServerSession
         None => count(ctx, &app, "unattributed"),
     }
     let delivery = answered.as_ref().map_or("", |(_, d)| d.as_str());
+    if let Some(t) = call.trace.as_deref().filter(|_| !delivery.is_empty()) {
+        t.attributed(delivery);
+    }
+    // Its span has no `server.address`: it never went anywhere.
+    super::trace::export(&ctx.shared, &call, super::plan::KeyKind::None, Outcome::Kept, None);
     info!(
         target: "slackgate::audit",
         app = %app, method = %call.method, channel = %channel, delivery, bytes = call.body.len(),

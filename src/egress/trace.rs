@@ -51,7 +51,8 @@ impl CallTrace {
 }
 
 /// Export the write's span, once its outcome is known.
-pub(super) fn export(shared: &Shared, call: &Call, key: KeyKind, outcome: Outcome, api_host: &str) {
+/// `api_host`: Slack's Web API host the write went to (`None`: a shadow's, kept).
+pub(super) fn export(shared: &Shared, call: &Call, key: KeyKind, outcome: Outcome, api_host: Option<&str>) {
     let (Some(t), Some(traces)) = (call.trace.as_deref(), shared.telemetry.get()) else { return };
     let seen = std::mem::take(&mut *t.seen.lock().unwrap_or_else(|e| e.into_inner()));
     let delivery = seen.delivery.as_deref().map(DeliveryTrace::of);
@@ -72,7 +73,7 @@ pub(super) fn export(shared: &Shared, call: &Call, key: KeyKind, outcome: Outcom
     let mut span = span
         .started(t.started)
         .attr("http.request.method", "POST")
-        .attr("server.address", api_host.to_string())
+        .attr("server.address", api_host.unwrap_or_default().to_string())
         .attr("url.path", format!("/api/{}", call.method))
         .attr("slack.api.method", call.method.clone())
         .attr("slack.channel_id", call.fields.channel.clone().unwrap_or_default())

@@ -205,3 +205,38 @@ async fn a_collector_that_never_answers_slows_no_ack_and_its_spans_are_dropped_a
     assert!(metric_reaches(gw.admin_port, dropped, 1.0, Duration::from_secs(10)).await, "{}", gw.log());
     assert!(!receiver.requests().await.is_empty(), "the exporter did post (and was never answered)");
 }
+
+/// A shadow's kept write is a span too, in its client's trace, `kept`, with no server address:
+/// it went nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadows_kept_write_is_a_span_of_its_clients_trace() {
+    let (redis, bot, shadow, receiver) = (
+        RedisServer::start(),
+        Receiver::start(SECRET).await,
+        Receiver::start(SECRET).await,
+        OtlpReceiver::start().await,
+    );
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("trace5"), &bot.url());
+    cfg.egress = "slack_api_url = \"http://127.0.0.1:9/api/\"".into();
+    cfg.app = format!("shadow = {{ upstream = \"{}\" }}", shadow.url());
+    cfg.tail = telemetry(&receiver, "");
+    let gw = Gateway::start(&cfg).await;
+    let ts = "1700000800.000500";
+    assert_eq!(send(gw.port, Req::signed("/slack/events", mention("EvTrace5", ts), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(10), || shadow.count() == 1).await, "{}", gw.log());
+    let tp = shadow.received()[0].header("traceparent").expect("the shadow's attempt carries one too");
+    let (trace, attempt) = (tp.split('-').nth(1).unwrap().to_string(), tp.split('-').nth(2).unwrap().to_string());
+    let headers = [("traceparent", tp.as_str())];
+    let body = format!("channel=C1&thread_ts={ts}&text=the+shadow+answer");
+    assert!(call(gw.egress_port, "/shadow/api/chat.postMessage", &body, &headers).await.ok());
+    let both =
+        |s: &[Value]| !named(s, "slack chat.postMessage").is_empty() && !named(s, "deliver to bot.shadow").is_empty();
+    let (ok, spans) = receiver.spans_until(Duration::from_secs(10), both).await;
+    assert!(ok, "{}", gw.log());
+    let kept = named(&spans, "slack chat.postMessage")[0];
+    assert_eq!((text(&kept["trace_id"]), text(&kept["parent_span_id"])), (trace.as_str(), attempt.as_str()));
+    assert_eq!(kept["attributes"]["slackgate.outcome"], "kept");
+    assert!(kept["attributes"].get("server.address").is_none(), "{kept}");
+    assert!(named(&spans, "deliver to bot.shadow").iter().any(|s| s["span_id"] == attempt.as_str()));
+    assert_nothing_secret(&spans);
+}
