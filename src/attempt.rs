@@ -46,6 +46,8 @@ pub struct Attempted {
     pub result: Result<Response, SendError>,
     pub verdict: Verdict,
     pub took: Duration,
+    /// Its span, with traces on: exported when this is dropped.
+    span: trace::AttemptSpan,
 }
 
 impl Attempted {
@@ -102,7 +104,7 @@ impl Attempted {
 pub async fn send_once(transport: Transport<'_>, shared: &Shared, app: &AppConfig, d: Delivery<'_>) -> Attempted {
     let timeout = d.route.delivery.timeout;
     let started = Instant::now();
-    let span = trace::AttemptSpan::begin(shared, app, &d, &transport);
+    let mut span = trace::AttemptSpan::begin(shared, app, &d, &transport);
     let result = match transport {
         Transport::Socket(bots) => {
             let body = (d.content_type, &d.body[..]);
@@ -122,19 +124,24 @@ pub async fn send_once(transport: Transport<'_>, shared: &Shared, app: &AppConfi
             client.send(out, timeout).await
         }
     };
-    let attempted = judged(&shared.metrics, app, result, started.elapsed());
-    span.end(shared, &attempted);
-    attempted
+    span.answered(&result);
+    judged(&shared.metrics, app, result, started.elapsed(), span)
 }
 
-fn judged(metrics: &Metrics, app: &AppConfig, result: Result<Response, SendError>, took: Duration) -> Attempted {
+fn judged(
+    metrics: &Metrics,
+    app: &AppConfig,
+    result: Result<Response, SendError>,
+    took: Duration,
+    span: trace::AttemptSpan,
+) -> Attempted {
     let class = match &result {
         Ok(r) => status_class(r.status),
         Err(SendError::Timeout | SendError::ConnectTimeout(_)) => "timeout",
         Err(_) => "error",
     };
     metrics.attempt(&app.name, took, class);
-    Attempted { verdict: policy::judge(&result), result, took }
+    Attempted { verdict: policy::judge(&result), result, took, span }
 }
 
 /// How an attempt's entry is finished: through a worker's lease, or through the ingress's
@@ -221,13 +228,14 @@ pub struct Context<'a> {
 
 /// Everything after `attempted`: the policy's step, the finish through `fence`, the count, the
 /// audit line and the history note, then the bot's answer to Slack or to `response_url`.
-pub async fn conclude(attempted: Attempted, fence: &impl Fence, at: Context<'_>) {
+pub async fn conclude(mut attempted: Attempted, fence: &impl Fence, at: Context<'_>) {
     let now = now_ms();
     let (how, outcome) = at.step(&attempted.verdict, now);
     let next_retry_ms = at.retry_delay(&how, now);
     if !at.finished(fence.finish(how).await, outcome) {
         return;
     }
+    attempted.span.concluded(outcome.as_label(), next_retry_ms);
     let trace_id = trace::trace_id(at.shared, at.delivery);
     attempted.audit(at.path.words().audit, (at.number, &trace_id), outcome, next_retry_ms);
     let who = (at.app.name.as_str(), at.delivery, at.path.by());
@@ -452,7 +460,7 @@ mod tests {
     fn attempted(status: u16) -> Attempted {
         let body = Bytes::from_static(b"{}");
         let result = Ok(Response { status, content_type: None, body, retry_after: None, headers: Default::default() });
-        Attempted { verdict: policy::judge(&result), result, took: Duration::ZERO }
+        Attempted { verdict: policy::judge(&result), result, took: Duration::ZERO, span: trace::AttemptSpan::Off }
     }
 
     #[test]

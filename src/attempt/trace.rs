@@ -5,10 +5,10 @@
 
 use std::time::Instant;
 
-use super::{Attempted, Delivery};
+use super::Delivery;
 use crate::config::AppConfig;
 use crate::shared::Shared;
-use crate::telemetry::{traceparent, DeliveryTrace, Span, SpanKind};
+use crate::telemetry::{traceparent, DeliveryTrace, Open, Span, SpanKind};
 use crate::upstream::{SendError, Transport};
 
 /// The delivery's trace id for the audit lines ('' with traces off or not sampled).
@@ -48,14 +48,12 @@ pub(super) enum AttemptSpan {
     Off,
     /// The delivery's trace is not sampled: the bot is told so, nothing is exported.
     Unsampled(String),
-    Sampled(Box<Span>),
+    Sampled(Box<Open>),
 }
 
 impl AttemptSpan {
     pub(super) fn begin(shared: &Shared, app: &AppConfig, d: &Delivery<'_>, transport: &Transport<'_>) -> AttemptSpan {
-        if shared.telemetry.get().is_none() {
-            return AttemptSpan::Off;
-        }
+        let Some(traces) = shared.telemetry.get() else { return AttemptSpan::Off };
         let trace = DeliveryTrace::of(d.id);
         if !trace.sampled {
             let id = opentelemetry::trace::SpanId::from(rand::random::<u64>() | 1);
@@ -79,7 +77,7 @@ impl AttemptSpan {
         } else {
             span = span.attr("slackgate.transport", "socket");
         }
-        AttemptSpan::Sampled(Box::new(span))
+        AttemptSpan::Sampled(Box::new(traces.open(span)))
     }
 
     /// The bot's `traceparent` (none with traces off).
@@ -88,16 +86,17 @@ impl AttemptSpan {
             AttemptSpan::Off => None,
             AttemptSpan::Unsampled(tp) => Some(tp.clone()),
             AttemptSpan::Sampled(span) => {
-                let c = span.context();
+                let c = span.context()?;
                 Some(traceparent(c.trace_id(), c.span_id(), true))
             }
         }
     }
 
-    /// End it with what the attempt found.
-    pub(super) fn end(self, shared: &Shared, attempted: &Attempted) {
-        let (AttemptSpan::Sampled(mut span), Some(traces)) = (self, shared.telemetry.get()) else { return };
-        match &attempted.result {
+    /// What the attempt found: the bot's status or the error; the span ends now.
+    pub(super) fn answered(&mut self, result: &Result<crate::upstream::Response, SendError>) {
+        let AttemptSpan::Sampled(span) = self else { return };
+        span.end_at(Instant::now());
+        match result {
             Ok(r) => {
                 span.set("http.response.status_code", i64::from(r.status));
                 if r.status >= 400 {
@@ -109,6 +108,15 @@ impl AttemptSpan {
                 span.error(SendError::as_label(e));
             }
         }
-        traces.push(span.ended(Instant::now()));
+    }
+
+    /// How the attempt was concluded: its outcome and, when retried, the wait to the next try.
+    /// (The span is exported when the attempt is dropped, concluded or not.)
+    pub(super) fn concluded(&mut self, outcome: &'static str, next_retry_ms: u64) {
+        let AttemptSpan::Sampled(span) = self else { return };
+        span.set("slackgate.outcome", outcome);
+        if next_retry_ms > 0 {
+            span.set("slackgate.next_retry_ms", next_retry_ms as i64);
+        }
     }
 }

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use crate::config::TelemetryConfig;
 pub use ids::{parse_traceparent, traceparent, DeliveryTrace};
 pub use opentelemetry::trace::SpanKind;
-pub use span::{wall, Span};
+pub use span::{wall, Open, Span};
 
 /// The traces of this process: set once at start when `[telemetry]` is on.
 #[derive(Default)]
@@ -61,6 +61,20 @@ pub fn shown(cfg: &TelemetryConfig, delivery: &str) -> Option<(String, Option<St
     Some((id, link))
 }
 
+/// What an [`Open`] span needs to reach the exporter on its own.
+pub struct Pusher {
+    queue: mpsc::Sender<SpanData>,
+    dropped: prometheus::IntCounter,
+}
+
+impl Pusher {
+    fn push(&self, span: SpanData) {
+        if self.queue.try_send(span).is_err() {
+            self.dropped.inc();
+        }
+    }
+}
+
 /// Exporting traces.
 pub struct Traces {
     queue: mpsc::Sender<SpanData>,
@@ -81,5 +95,10 @@ impl Traces {
         if self.queue.try_send(span).is_err() {
             self.counts.with_label_values(&["dropped"]).inc();
         }
+    }
+
+    /// `span`, pushed when the returned value is dropped (whoever holds it last may add to it).
+    pub fn open(&self, span: Span) -> Open {
+        Open::new(span, Pusher { queue: self.queue.clone(), dropped: self.counts.with_label_values(&["dropped"]) })
     }
 }

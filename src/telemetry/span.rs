@@ -143,3 +143,47 @@ fn scope() -> InstrumentationScope {
         .get_or_init(|| InstrumentationScope::builder("slackgate").with_version(env!("CARGO_PKG_VERSION")).build())
         .clone()
 }
+
+/// A span still open: attributes may be added until it is dropped, which pushes it to the
+/// exporter, ended when [`Open::end_at`] said (else when dropped). Whatever path a piece of work
+/// takes — concluded, abandoned with its lease — its span is exported once.
+pub struct Open {
+    span: Option<Span>,
+    end: Option<Instant>,
+    pusher: super::Pusher,
+}
+
+impl Open {
+    pub(super) fn new(span: Span, pusher: super::Pusher) -> Open {
+        Open { span: Some(span), end: None, pusher }
+    }
+
+    pub fn context(&self) -> Option<&SpanContext> {
+        self.span.as_ref().map(Span::context)
+    }
+
+    pub fn set(&mut self, key: &'static str, value: impl Into<Value>) {
+        if let Some(s) = &mut self.span {
+            s.set(key, value);
+        }
+    }
+
+    pub fn error(&mut self, message: impl Into<Cow<'static, str>>) {
+        if let Some(s) = &mut self.span {
+            s.error(message);
+        }
+    }
+
+    /// The work ended at `at` (what is added later still goes with it).
+    pub fn end_at(&mut self, at: Instant) {
+        self.end = Some(at);
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if let Some(span) = self.span.take() {
+            self.pusher.push(span.ended(self.end.unwrap_or_else(Instant::now)));
+        }
+    }
+}

@@ -90,6 +90,13 @@ async fn a_deliverys_trace_holds_its_request_record_and_each_attempt_and_the_bot
     let failed = attempts.iter().find(|s| s["attributes"]["slackgate.attempt"] == 1).unwrap();
     assert_eq!(failed["attributes"]["http.response.status_code"], 500);
     assert_eq!(failed["status"]["code"], 2, "an error status: {failed}");
+    assert_eq!(failed["attributes"]["slackgate.outcome"], "retried");
+    assert!(
+        failed["attributes"]["slackgate.next_retry_ms"].as_i64().is_some_and(|ms| ms > 0),
+        "the next try: {failed}"
+    );
+    let ok = attempts.iter().find(|s| s["attributes"]["slackgate.attempt"] == 2).unwrap();
+    assert_eq!(ok["attributes"]["slackgate.outcome"], "delivered");
     assert_nothing_secret(&spans);
     let requests = receiver.requests().await;
     assert!(requests.iter().all(|r| r["headers"]["x-collector-key"] == "k 1"), "{requests:#?}");
