@@ -15,7 +15,14 @@ pub enum EmbeddedError {
     Spawn(std::io::Error),
     #[error("redis-server did not come up within 10s; see {0}")]
     NotReady(PathBuf),
+    #[error("the gateway (pid {0}) that uses data dir {1} is still running; stop it first")]
+    InUse(u32, PathBuf),
 }
+
+/// The pid file of a gateway with the embedded Redis, under its data dir.
+pub const PID_FILE: &str = "slackgate.pid";
+/// How long a start waits for a gateway still stopping (draining) with the same data dir.
+const PREDECESSOR_WAIT: Duration = Duration::from_secs(30);
 
 pub struct EmbeddedRedis {
     /// `None` when adopted from the process this one took over from (`run --upgrade`).
@@ -34,6 +41,11 @@ impl EmbeddedRedis {
             if adopt {
                 return Ok(EmbeddedRedis { child: None, socket });
             }
+            // A gateway stopped a moment ago may still be draining into this server: wait for
+            // it rather than take the server away from it (it stops the server as it exits).
+            wait_for_predecessor(&dir)?;
+        }
+        if ping(&socket) {
             // A server left behind by a gateway that was killed still owns the AOF: stop it.
             shutdown(&socket);
         }
@@ -65,8 +77,15 @@ impl EmbeddedRedis {
         format!("redis+unix://{}", self.socket.display())
     }
 
-    /// Flush and stop the server; kill it if it does not go within 5 s.
+    /// Flush and stop the server; kill it if it does not go within 5 s. A server under the
+    /// socket that is not this process's child (another gateway's, started after this one's
+    /// was stopped) is left alone.
     pub fn stop(mut self) {
+        if let Some(c) = &self.child {
+            if server_pid(&self.socket).is_some_and(|pid| pid != c.id()) {
+                return;
+            }
+        }
         shutdown(&self.socket);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -93,6 +112,37 @@ fn client(socket: &Path) -> Option<redis::Connection> {
 
 fn ping(socket: &Path) -> bool {
     client(socket).is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+}
+
+/// The process id of the server answering on `socket`.
+fn server_pid(socket: &Path) -> Option<u32> {
+    let mut c = client(socket)?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut c).ok()?;
+    info.lines().find_map(|l| l.strip_prefix("process_id:")).and_then(|p| p.trim().parse().ok())
+}
+
+/// Wait while the pid file under `dir` names another gateway that is still running (stopping,
+/// draining its work); `InUse` when it is still there after [`PREDECESSOR_WAIT`].
+fn wait_for_predecessor(dir: &Path) -> Result<(), EmbeddedError> {
+    let pid_file = dir.join(PID_FILE);
+    let running = || -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        (pid != std::process::id() && String::from_utf8_lossy(&cmdline).contains("slackgate")).then_some(pid)
+    };
+    let deadline = Instant::now() + PREDECESSOR_WAIT;
+    let mut said = false;
+    while let Some(pid) = running() {
+        if Instant::now() > deadline {
+            return Err(EmbeddedError::InUse(pid, dir.to_path_buf()));
+        }
+        if !said {
+            tracing::info!(pid, "waiting for the gateway that is stopping with this data dir to finish");
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }
 
 fn shutdown(socket: &Path) {

@@ -125,7 +125,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Stats(target) => ops::stats(&target),
         Command::Egress(target) => ops::egress(&target),
         Command::Reload { data_dir, pid_file } => {
-            run::reload(&pid_file.unwrap_or_else(|| data_dir.join("slackgate.pid")))
+            run::reload(&pid_file.unwrap_or_else(|| data_dir.join(crate::embedded::PID_FILE)))
         }
         Command::Sim { command } => crate::sim::run(command),
         Command::Dlq { action, target } => ops::dlq(&target, action),

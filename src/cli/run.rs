@@ -48,7 +48,8 @@ pub(crate) fn run(opts: RunOpts) -> anyhow::Result<()> {
     let (embedded, redis) = redis(&config, &opts)?;
     // With a Redis URL nothing is written to disk (a read-only root filesystem is fine): the data
     // dir holds the embedded Redis, and the upgrade socket only when --upgrade needs it.
-    let pid_file = opts.pid_file.clone().or_else(|| embedded.as_ref().map(|_| opts.data_dir.join("slackgate.pid")));
+    let pid_file =
+        opts.pid_file.clone().or_else(|| embedded.as_ref().map(|_| opts.data_dir.join(crate::embedded::PID_FILE)));
     if opts.upgrade {
         std::fs::create_dir_all(&opts.data_dir).with_context(|| format!("data dir {}", opts.data_dir.display()))?;
     }

@@ -82,6 +82,59 @@ async fn run_with_no_redis_url_starts_and_stops_its_own_redis() {
     assert!(gone, "the embedded redis-server stopped with the gateway");
 }
 
+/// `run` again while the last gateway with the same data dir still drains (SIGTERM, an attempt in
+/// flight): the new one waits for it instead of taking its Redis away, and the old one, exiting,
+/// leaves the new one's server alone — both the old delivery and a new one are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_started_while_the_last_one_drains_waits_for_it_and_both_keep_their_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = Receiver::start(SECRET).await;
+    bot.push(Reply::status(200).delay(Duration::from_secs(2)));
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[[app]]\nname = \"bot\"\nsigning_secret = \"${{SG_TEST_SECRET}}\"\nupstream = \"{}\"\n", bot.url()),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let run = |log: &std::path::Path| {
+        KillOnDrop::new(
+            slackgate()
+                .args(["run", "--config"])
+                .arg(&config)
+                .arg("--data-dir")
+                .arg(&data)
+                .env("SG_TEST_SECRET", SECRET)
+                .stderr(std::fs::File::create(log).unwrap())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let (log_a, log_b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+    let mut a = run(&log_a);
+    let port = wait_started(&log_a, &mut a).await;
+    assert_eq!(send(port, Req::signed("/slack/events", event("EvDrainA"), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await, "the slow attempt is in flight");
+    Command::new("kill").arg("-TERM").arg(a.id().to_string()).status().unwrap();
+    let mut b = run(&log_b);
+    let port_b = wait_started(&log_b, &mut b).await;
+    assert!(matches!(a.try_wait(), Ok(Some(_))), "the new one started only once the old one was gone");
+    let text_b = std::fs::read_to_string(&log_b).unwrap();
+    assert!(text_b.contains("waiting for the gateway that is stopping"), "{text_b}");
+    assert_eq!(send(port_b, Req::signed("/slack/events", event("EvDrainB"), SECRET)).await.0, 200);
+    assert!(
+        eventually(Duration::from_secs(10), || bot.count_body("EvDrainB") == 1).await,
+        "{}",
+        std::fs::read_to_string(&log_b).unwrap()
+    );
+    // The old one recorded its delivery before it let its Redis go: nothing is sent again.
+    let admin_b = started_on(&text_b, 0).unwrap().1;
+    assert!(outbox_idle(admin_b, Duration::from_secs(10)).await);
+    assert_eq!(bot.count_body("EvDrainA"), 1, "{}", std::fs::read_to_string(&log_a).unwrap());
+    Command::new("kill").arg("-INT").arg(b.id().to_string()).status().unwrap();
+    assert!(eventually(Duration::from_secs(10), || matches!(b.try_wait(), Ok(Some(_)))).await);
+}
+
 #[test]
 fn apps_can_live_in_included_files_and_clashes_name_both_files() {
     let dir = tempfile::tempdir().unwrap();
