@@ -277,5 +277,6 @@ async fn ended(ctx: &Ctx, store: &EgressStore, on: &On, source: Option<&Attribut
         bytes: num(3),
         ending,
     };
+    super::trace::stream(&ctx.shared, &source.delivery, &end, num(4));
     ctx.shared.history.step(&source.app, &source.delivery, || crate::history::What::Stream(end));
 }

@@ -89,6 +89,21 @@ pub(super) fn export(shared: &Shared, call: &Call, key: KeyKind, outcome: Outcom
     traces.push(span.ended(Instant::now()));
 }
 
+/// A stream's life, once it ended (`began_ms`: its start): a span of its delivery's trace, under
+/// the Slack request, with its appends, bytes and how it ended.
+pub(super) fn stream(shared: &Shared, delivery: &str, end: &crate::history::StreamEnd, began_ms: u64) {
+    let Some((traces, trace)) = shared.telemetry.of(delivery) else { return };
+    let began = std::time::UNIX_EPOCH + std::time::Duration::from_millis(began_ms);
+    let span = Span::new("slack stream", SpanKind::Internal, trace.trace_id, Some(trace.root))
+        .started_at(if began_ms > 0 { began } else { std::time::SystemTime::now() })
+        .attr("slack.channel_id", end.channel.clone())
+        .attr("slackgate.delivery", delivery.to_string())
+        .attr("slackgate.stream.appends", end.appends as i64)
+        .attr("slackgate.stream.bytes", end.bytes as i64)
+        .attr("slackgate.stream.ending", end.ending);
+    traces.push(span.ended(Instant::now()));
+}
+
 fn random_trace() -> TraceId {
     TraceId::from(rand::random::<u128>() | 1)
 }

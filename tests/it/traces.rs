@@ -247,3 +247,37 @@ async fn a_shadows_kept_write_is_a_span_of_its_clients_trace() {
     assert!(named(&spans, "deliver to bot.shadow").iter().any(|s| s["span_id"] == attempt.as_str()));
     assert_nothing_secret(&spans);
 }
+
+/// A stream's life (start to stop) is a span of its delivery's trace, under Slack's request,
+/// with its appends and how it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_life_is_a_span_of_its_deliverys_trace() {
+    let (redis, bot, receiver, slack) =
+        (RedisServer::start(), Receiver::start(SECRET).await, OtlpReceiver::start().await, FakeSlack::start().await);
+    let mut cfg = GatewayConfig::new(&redis.url(), &prefix("trace6"), &bot.url());
+    cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
+    cfg.tail = telemetry(&receiver, "");
+    let gw = Gateway::start(&cfg).await;
+    let ts = "1700000800.000600";
+    assert_eq!(send(gw.port, Req::signed("/slack/events", mention("EvTrace6", ts), SECRET)).await.0, 200);
+    assert!(eventually(Duration::from_secs(10), || bot.count() == 1).await, "{}", gw.log());
+    let trace = bot.received()[0].header("traceparent").unwrap().split('-').nth(1).unwrap().to_string();
+    let started = call(gw.egress_port, "chat.startStream", &format!("channel=C1&thread_ts={ts}"), &[]).await;
+    assert!(started.ok(), "{}", started.body);
+    let stream_ts = started.json()["ts"].as_str().unwrap().to_string();
+    for (method, text) in
+        [("chat.appendStream", "part+one"), ("chat.appendStream", "part+two"), ("chat.stopStream", "")]
+    {
+        let body = format!("channel=C1&ts={stream_ts}&markdown_text={text}");
+        assert!(call(gw.egress_port, method, &body, &[]).await.ok(), "{method}");
+    }
+    let (ok, spans) = receiver.spans_until(Duration::from_secs(10), |s| !named(s, "slack stream").is_empty()).await;
+    assert!(ok, "{spans:#?}\n{}", gw.log());
+    let root = named(&spans, "POST /slack/events")[0];
+    let stream = named(&spans, "slack stream")[0];
+    assert_eq!((text(&stream["trace_id"]), &stream["parent_span_id"]), (trace.as_str(), &root["span_id"]));
+    assert_eq!(stream["attributes"]["slackgate.stream.ending"], "stopped");
+    assert!(stream["attributes"]["slackgate.stream.appends"].as_i64().is_some_and(|n| n >= 2), "{stream}");
+    assert!(stream["end_time_unix_nano"].as_u64() > stream["start_time_unix_nano"].as_u64(), "{stream}");
+    assert_nothing_secret(&spans);
+}

@@ -331,7 +331,7 @@ impl EgressStore {
     pub async fn stream_summary(&self, p: &Place<'_>, ts: &str) -> Result<Vec<Option<String>>, StoreError> {
         let (sm, _, _) = self.stream_keys(p, ts);
         let v: Vec<Option<String>> =
-            redis::cmd("HMGET").arg(sm).arg(&["st", "why", "n", "b"]).query_async(&mut self.conn.clone()).await?;
+            redis::cmd("HMGET").arg(sm).arg(&["st", "why", "n", "b", "at"]).query_async(&mut self.conn.clone()).await?;
         Ok(v)
     }
 }
