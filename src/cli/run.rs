@@ -256,7 +256,7 @@ fn fixed_labels() -> FixedLabels {
 /// line names.
 fn preflight(config: &mut Config) -> anyhow::Result<BoundPorts> {
     let bind = |key: &str, addr: &str| -> anyhow::Result<(std::net::TcpListener, Option<(String, String)>)> {
-        let listener = std::net::TcpListener::bind(addr)
+        let listener = bind_free(addr)
             .with_context(|| format!("cannot listen on {addr} ({key} in {})", config.source.display()))?;
         let resolved = addr.ends_with(":0").then(|| listener.local_addr().map(|a| (addr.to_string(), a.to_string())));
         Ok((listener, resolved.transpose()?))
@@ -276,6 +276,21 @@ fn preflight(config: &mut Config) -> anyhow::Result<BoundPorts> {
     };
     config.resolve_ports(&bound);
     Ok(bound)
+}
+
+/// Bind `addr`; port 0 takes a free port below Linux's ephemeral range (32768–60999), so that
+/// no outgoing connection (which takes its local port from that range) can take the port in
+/// the moment between this check and Pingora's own bind. The kernel's choice when none is free.
+fn bind_free(addr: &str) -> std::io::Result<std::net::TcpListener> {
+    if let Some(host) = addr.strip_suffix(":0") {
+        for _ in 0..64 {
+            let port = 20_000 + rand::random::<u16>() % 12_000;
+            if let Ok(l) = std::net::TcpListener::bind(format!("{host}:{port}")) {
+                return Ok(l);
+            }
+        }
+    }
+    std::net::TcpListener::bind(addr)
 }
 
 /// The connections all listeners may hold at once, each one a file descriptor.
