@@ -19,6 +19,9 @@ pub(super) async fn attribute<'a>(ctx: &Ctx, store: &EgressStore, w: &'a Write) 
         return None;
     };
     let who = ctx.slack.identity(th, token).await?;
+    if let Some(t) = &w.call.trace {
+        t.team(&who.team);
+    }
     let mut to = Target { who, channel, source: None };
     // Outside a thread, a write answers a DM's latest message (there the conversation is
     // the channel); in any other channel nothing matches, so only a channel that may be a

@@ -26,6 +26,8 @@ pub struct CallTrace {
 
 #[derive(Default)]
 struct Seen {
+    /// The workspace of the call's token.
+    team: Option<String>,
     delivery: Option<String>,
     events: Vec<(&'static str, Instant, Vec<KeyValue>)>,
 }
@@ -42,6 +44,11 @@ impl CallTrace {
     /// The write answers `delivery`.
     pub fn attributed(&self, delivery: &str) {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).delivery = Some(delivery.to_string());
+    }
+
+    /// The call's token is of workspace `team`.
+    pub fn team(&self, team: &str) {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).team = Some(team.to_string());
     }
 
     /// Something on the way: the pacing's wait, a 429.
@@ -76,6 +83,7 @@ pub(super) fn export(shared: &Shared, call: &Call, key: KeyKind, outcome: Outcom
         .attr("server.address", api_host.unwrap_or_default().to_string())
         .attr("url.path", format!("/api/{}", call.method))
         .attr("slack.api.method", call.method.clone())
+        .attr("slack.team_id", seen.team.clone().unwrap_or_default())
         .attr("slack.channel_id", call.fields.channel.clone().unwrap_or_default())
         .attr("slackgate.delivery", seen.delivery.clone().unwrap_or_default())
         .attr("slackgate.key", key.as_label())

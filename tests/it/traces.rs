@@ -180,6 +180,7 @@ async fn an_unsampled_delivery_exports_nothing_and_a_bots_own_trace_gets_the_egr
     let write = named(&spans, "slack chat.postMessage")[0];
     assert_eq!((text(&write["trace_id"]), text(&write["parent_span_id"])), (bot_trace, bot_span), "{write}");
     assert_eq!(write["attributes"]["slackgate.outcome"], "forwarded");
+    assert_eq!(write["attributes"]["slack.team_id"], "T1", "the token's workspace");
     assert_eq!(write["attributes"]["url.path"], "/api/chat.postMessage");
     let delivery_trace = tp.split('-').nth(1).unwrap();
     assert!(
