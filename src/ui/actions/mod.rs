@@ -194,7 +194,6 @@ async fn replay_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Re
     if let Some(done) = once.claim(&nonce).await? {
         return Ok(already(ctx, &nonce, &done, "nothing was replayed again"));
     }
-    let back = format!("/ui/d/{app}/{id}");
     let result = match load(ctx, app, id).await {
         Ok(Some(d)) => replay(ctx, app, id, &d).await.map(Some),
         Ok(None) => Ok(None),
@@ -207,8 +206,16 @@ async fn replay_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Re
             return Err(e);
         }
     };
+    let (done, reply) = told(ctx, (app, id), replayed);
+    once.finish(&nonce, &done).await?;
+    Ok(reply)
+}
+
+/// What a replay did, as the form's record and the page it answers.
+fn told(ctx: &Context<'_>, (app, id): (&str, &str), replayed: Option<Replayed>) -> (Done, Reply) {
     let at_ms = crate::clock::now_ms();
-    let (done, reply) = match replayed {
+    let back = format!("/ui/d/{app}/{id}");
+    match replayed {
         Some(Replayed::Dead) => {
             let text = format!("The dead letter {id} went back to the outbox.");
             (
@@ -249,9 +256,7 @@ async fn replay_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Re
             let page = message(Some(ctx.viewer), StatusCode::NOT_FOUND, "Not found", &text, "/ui/deliveries");
             (Done { at_ms, heading: "Not found".into(), text, ..Done::default() }, page)
         }
-    };
-    once.finish(&nonce, &done).await?;
-    Ok(reply)
+    }
 }
 
 async fn purge_one(ctx: &Context<'_>, req: &Request, app: &str, id: &str) -> Result<Reply, Failure> {
