@@ -47,8 +47,32 @@ pub struct BotSockets {
 struct BotConn {
     id: u64,
     out: mpsc::Sender<Message>,
-    /// Envelope id → who waits for its ack, and the envelope's type.
-    waiting: Mutex<HashMap<String, (AckWaiter, &'static str)>>,
+    /// Envelope id → who waits for its ack, and the envelope's type; `None` once the socket
+    /// closed (a waiter put in after that would wait for an ack that never comes).
+    waiting: Mutex<Option<HashMap<String, (AckWaiter, &'static str)>>>,
+}
+
+impl BotConn {
+    fn new(id: u64, out: mpsc::Sender<Message>) -> BotConn {
+        BotConn { id, out, waiting: Mutex::new(Some(HashMap::new())) }
+    }
+
+    /// Wait for the ack of envelope `id`; `None` when the socket has closed already.
+    fn wait_for(&self, id: &str, kind: &'static str) -> Option<oneshot::Receiver<Option<String>>> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.waiting).as_mut()?.insert(id.to_string(), (tx, kind));
+        Some(rx)
+    }
+
+    /// Whoever waits for an ack on this socket gets none (the attempt fails and is retried),
+    /// and no one waits on it again.
+    fn close(&self) {
+        lock(&self.waiting).take();
+    }
+
+    fn forget(&self, id: &str) -> Option<(AckWaiter, &'static str)> {
+        lock(&self.waiting).as_mut()?.remove(id)
+    }
 }
 
 /// Gets the ack's payload (JSON text), if it has one.
@@ -92,8 +116,8 @@ impl SocketBots for BotSockets {
             conns[self.next.fetch_add(1, Ordering::Relaxed) % conns.len()].clone()
         };
         let id = format!("{delivery_id}.{attempt}");
-        let (tx, rx) = oneshot::channel();
-        lock(&conn.waiting).insert(id.clone(), (tx, kind.as_label()));
+        // The socket may have closed since it was picked: then fail at once, not at the timeout.
+        let rx = conn.wait_for(&id, kind.as_label()).ok_or_else(dropped)?;
         let retry = u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
         let text = envelope::envelope_text(&id, kind, &payload, envelope::accepts_response_payload(kind), retry);
         let answer = async {
@@ -101,7 +125,7 @@ impl SocketBots for BotSockets {
             rx.await.map_err(|_| dropped())
         };
         let result = tokio::time::timeout(timeout, answer).await;
-        lock(&conn.waiting).remove(&id);
+        conn.forget(&id);
         if !matches!(result, Ok(Ok(_))) {
             metrics.socket.envelopes.with_label_values(&[app, "bot", kind.as_label(), "not_acked"]).inc();
         }
@@ -162,7 +186,7 @@ impl BotSockets {
     {
         let (sink, mut stream) = socket.split();
         let (out, writer) = super::ws::writer(sink);
-        let conn = Arc::new(BotConn { id: self.ids.fetch_add(1, Ordering::Relaxed), out, waiting: Default::default() });
+        let conn = Arc::new(BotConn::new(self.ids.fetch_add(1, Ordering::Relaxed), out));
         let hello = serde_json::json!({
             "type": "hello",
             "num_connections": self.connected(&app) + 1,
@@ -201,8 +225,7 @@ impl BotSockets {
             conns.retain(|c| c.id != conn.id);
         }
         gauge.dec();
-        // Whoever waits for an ack on this socket gets none: the attempt fails and is retried.
-        lock(&conn.waiting).clear();
+        conn.close();
         info!(app = %app, socket = conn.id, "a Socket Mode bot disconnected");
         writer.abort();
     }
@@ -211,7 +234,7 @@ impl BotSockets {
         let Some((id, payload)) = envelope::parse_ack(text) else {
             return debug!(app, "a Socket Mode bot sent a frame that is not an ack");
         };
-        match lock(&conn.waiting).remove(&id) {
+        match conn.forget(&id) {
             Some((w, kind)) => {
                 metrics.socket.envelopes.with_label_values(&[app, "bot", kind, "acked"]).inc();
                 let _ = w.send(payload);
@@ -227,4 +250,21 @@ fn no_bot() -> SendError {
 
 fn dropped() -> SendError {
     SendError::Io("the Socket Mode bot's socket closed before its ack".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_socket_that_closed_takes_no_more_waiters_and_its_waiters_fail_at_once() {
+        let (out, _rx) = mpsc::channel(4);
+        let conn = BotConn::new(1, out);
+        let waiting = conn.wait_for("0-1.1", "events_api").expect("open: it waits");
+        conn.close();
+        assert!(waiting.await.is_err(), "the waiter of a closed socket gets no ack");
+        // Picked just before it closed: the attempt fails now, not at its timeout.
+        assert!(conn.wait_for("0-2.1", "events_api").is_none());
+        assert!(conn.forget("0-1.1").is_none());
+    }
 }
