@@ -121,7 +121,7 @@ async fn read_call(
     let (content_type, authorization) = (header("content-type"), header("authorization"));
     let idempotency_key = header("idempotency-key").filter(|k| !k.is_empty());
     let forwarded = headers::toward_slack(&head.headers);
-    let trace = trace::CallTrace::of(shared, &head.headers);
+    let trace = model::CallTrace::of(shared, &head.headers);
     let body = match tokio::time::timeout(body_timeout, read_body(session)).await {
         Ok(body) => body?,
         Err(_) => return Err(Error::RequestTimeout.into()),

@@ -4,67 +4,25 @@
 //! linked to the delivery the write was attributed to, else a trace of its own. The bot's
 //! `traceparent` and `tracestate` never reach Slack (`headers::toward_slack`).
 
-use std::sync::Mutex;
 use std::time::Instant;
 
-use opentelemetry::trace::{SpanContext, TraceId};
+use opentelemetry::trace::TraceId;
 use opentelemetry::KeyValue;
 
 use super::model::{Call, Outcome};
 use super::plan::KeyKind;
 use crate::shared::Shared;
-use crate::telemetry::{parse_traceparent, DeliveryTrace, Span, SpanKind};
-
-/// What a call's span needs, gathered while it runs (only with traces on).
-pub struct CallTrace {
-    started: Instant,
-    /// The bot's own span, from its `traceparent` (and `tracestate`).
-    parent: Option<SpanContext>,
-    /// The delivery the write was attributed to, once known; waits and 429s on the way.
-    seen: Mutex<Seen>,
-}
-
-#[derive(Default)]
-struct Seen {
-    /// The workspace of the call's token.
-    team: Option<String>,
-    delivery: Option<String>,
-    events: Vec<(&'static str, Instant, Vec<KeyValue>)>,
-}
-
-impl CallTrace {
-    /// For a call with `headers`, when traces are on.
-    pub fn of(shared: &Shared, headers: &http::HeaderMap) -> Option<Box<CallTrace>> {
-        shared.telemetry.get()?;
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let parent = header("traceparent").and_then(|tp| parse_traceparent(tp, header("tracestate")));
-        Some(Box::new(CallTrace { started: Instant::now(), parent, seen: Mutex::default() }))
-    }
-
-    /// The write answers `delivery`.
-    pub fn attributed(&self, delivery: &str) {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).delivery = Some(delivery.to_string());
-    }
-
-    /// The call's token is of workspace `team`.
-    pub fn team(&self, team: &str) {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).team = Some(team.to_string());
-    }
-
-    /// Something on the way: the pacing's wait, a 429.
-    pub fn event(&self, name: &'static str, attributes: Vec<KeyValue>) {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).events.push((name, Instant::now(), attributes));
-    }
-}
+use crate::telemetry::{DeliveryTrace, Span, SpanKind};
 
 /// Export the write's span, once its outcome is known.
 /// `api_host`: Slack's Web API host the write went to (`None`: a shadow's, kept).
 pub(super) fn export(shared: &Shared, call: &Call, key: KeyKind, outcome: Outcome, api_host: Option<&str>) {
     let (Some(t), Some(traces)) = (call.trace.as_deref(), shared.telemetry.get()) else { return };
-    let seen = std::mem::take(&mut *t.seen.lock().unwrap_or_else(|e| e.into_inner()));
+    let (started, parent) = t.began();
+    let seen = t.take();
     let delivery = seen.delivery.as_deref().map(DeliveryTrace::of);
     let name = format!("slack {}", call.method);
-    let mut span = match (&t.parent, delivery) {
+    let mut span = match (parent, delivery) {
         (Some(parent), _) if !parent.is_sampled() => return,
         (Some(parent), _) => {
             Span::new(name, SpanKind::Client, parent.trace_id(), Some(parent.span_id())).remote_parent()
@@ -78,7 +36,7 @@ pub(super) fn export(shared: &Shared, call: &Call, key: KeyKind, outcome: Outcom
         span.link(d.root_context(), vec![KeyValue::new("slackgate.link", "attributed delivery")]);
     }
     let mut span = span
-        .started(t.started)
+        .started(started)
         .attr("http.request.method", "POST")
         .attr("server.address", api_host.unwrap_or_default().to_string())
         .attr("url.path", format!("/api/{}", call.method))

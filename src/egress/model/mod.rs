@@ -4,7 +4,10 @@
 //! is counted as; and ([`error`]) the egress's own errors, each with what the bot gets for it.
 //! The plan decides over these; the layers and the store use them.
 
+mod call_trace;
 pub mod error;
+
+pub use call_trace::CallTrace;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -160,7 +163,7 @@ pub struct Call {
     pub token: Option<Secret>,
     pub fields: Fields,
     /// With traces on: what its span needs (the bot's `traceparent`, its delivery, waits).
-    pub trace: Option<Box<super::trace::CallTrace>>,
+    pub trace: Option<Box<CallTrace>>,
 }
 
 /// What a write says about where it goes.
