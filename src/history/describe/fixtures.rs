@@ -55,7 +55,15 @@ fn file() -> Value {
     })
 }
 
+/// Every event fixture.
 fn events() -> Vec<(&'static str, Value)> {
+    let mut all = message_events();
+    all.extend(other_events());
+    all
+}
+
+/// Message events and the file and link events around them.
+fn message_events() -> Vec<(&'static str, Value)> {
     let rich = json!([{"type": "rich_text", "block_id": "b1", "elements": [{"type": "rich_text_section",
         "elements": [{"type": "user", "user_id": "UBOT"}, {"type": "text", "text": " the merger is off"},
             {"type": "link", "url": "https://example.com/deal", "text": "deal memo"},
@@ -97,6 +105,12 @@ fn events() -> Vec<(&'static str, Value)> {
                 "previous_message": {"type": "message", "user": "U1", "text": "original text",
                     "ts": "1700000000.000300"}})),
         ),
+    ]
+}
+
+/// The events that are no message: a home tab, a workflow step, Slack's own handshakes.
+fn other_events() -> Vec<(&'static str, Value)> {
+    vec![
         (
             "app_home_opened",
             envelope(json!({"type": "app_home_opened", "user": "U1", "channel": "D1", "tab": "home",
@@ -148,8 +162,20 @@ fn submitted() -> Value {
     }})
 }
 
+fn team() -> Value {
+    json!({"id": "T1", "domain": "acme", "enterprise_id": "E1", "enterprise_name": "Acme Corp"})
+}
+
+/// Every interaction fixture.
 fn interactions() -> Vec<(&'static str, Value)> {
-    let team = json!({"id": "T1", "domain": "acme", "enterprise_id": "E1", "enterprise_name": "Acme Corp"});
+    let mut all = submissions();
+    all.extend(actions());
+    all
+}
+
+/// Dialogs and modals submitted or closed.
+fn submissions() -> Vec<(&'static str, Value)> {
+    let team = team();
     vec![
         (
             "dialog_submission",
@@ -183,6 +209,13 @@ fn interactions() -> Vec<(&'static str, Value)> {
                 "is_cleared": false, "view": {"id": "V3", "type": "modal", "callback_id": "report",
                     "private_metadata": "draft: my manager", "hash": "1700000000.def"}}),
         ),
+    ]
+}
+
+/// Shortcuts, actions and suggestions.
+fn actions() -> Vec<(&'static str, Value)> {
+    let team = team();
+    vec![
         (
             "global shortcut",
             json!({"type": "shortcut", "token": "XXYYZZ", "action_ts": "1700000003.000100", "team": team,
