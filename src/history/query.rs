@@ -55,6 +55,13 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// A summary of app `bot`'s delivery `0-abc` with these fields (for tests).
+    #[cfg(test)]
+    pub(crate) fn of(pairs: &[(&str, &str)]) -> Summary {
+        let fields = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Summary { app: "bot".into(), id: "0-abc".into(), fields }
+    }
+
     pub fn get(&self, k: &str) -> &str {
         self.fields.get(k).map_or("", String::as_str)
     }
@@ -355,8 +362,7 @@ mod tests {
     use super::*;
 
     fn summary(pairs: &[(&str, &str)]) -> Summary {
-        let fields = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Summary { app: "bot".into(), id: "0-abc".into(), fields }
+        Summary::of(pairs)
     }
 
     #[test]

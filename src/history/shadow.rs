@@ -76,8 +76,7 @@ mod tests {
     use crate::history::query::Filter;
 
     fn summary(pairs: &[(&str, &str)]) -> Summary {
-        let fields = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Summary { app: "bot".into(), id: "0-abc".into(), fields }
+        Summary::of(pairs)
     }
 
     #[test]

@@ -199,10 +199,8 @@ impl Ingress {
     ) {
         let elapsed = started.elapsed();
         // With traces on, the line names the delivery's trace (empty when not sampled).
-        let trace_id = match self.shared.telemetry.of(&a.delivery) {
-            Some((_, t)) => t.trace_id.to_string(),
-            None => String::new(),
-        };
+        let traced = self.shared.telemetry.of(&a.delivery);
+        let trace_id = traced.map(|(_, t)| t.trace_id.to_string()).unwrap_or_default();
         if !app.is_empty() {
             let m = &self.shared.metrics;
             m.requests.with_label_values(&[app, kind.as_label(), outcome.as_label()]).inc();
@@ -226,7 +224,9 @@ impl Ingress {
             trace_id,
             "ingress"
         );
-        trace::export(&self.shared, app, a, started, (status, kind, outcome));
+        if let Some(traced) = traced {
+            trace::export(traced, app, a, started, (status, kind, outcome));
+        }
         self.remember(app, a, (status, kind, outcome), elapsed.as_secs_f64() * 1000.0);
         if let Some(sight) = a.sight.take() {
             self.shared.seen.note(sight);

@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use super::answer::{Outcome, RequestKind};
 use super::Audit;
-use crate::shared::Shared;
-use crate::telemetry::{Span, SpanKind};
+use crate::telemetry::{DeliveryTrace, Span, SpanKind, Traces};
 
 /// What the request's spans need, gathered on the way (only when traces are on).
 pub(super) struct RequestTrace {
@@ -37,9 +36,15 @@ impl RequestTrace {
     }
 }
 
-/// Export the request's spans, when its delivery's trace is sampled.
-pub(super) fn export(shared: &Shared, app: &str, a: &Audit, started: Instant, answered: (u16, RequestKind, Outcome)) {
-    let (Some(rt), Some((traces, trace))) = (a.trace.as_deref(), shared.telemetry.of(&a.delivery)) else { return };
+/// Export the request's spans to `traces`, its delivery's `trace` being sampled.
+pub(super) fn export(
+    (traces, trace): (&Traces, DeliveryTrace),
+    app: &str,
+    a: &Audit,
+    started: Instant,
+    answered: (u16, RequestKind, Outcome),
+) {
+    let Some(rt) = a.trace.as_deref() else { return };
     let (status, kind, outcome) = answered;
     let now = Instant::now();
     let socket = a.via == "socket";

@@ -46,29 +46,40 @@ fn config_errors_name_the_file_and_the_key() {
     assert!(!out.status.success());
 }
 
+/// A config under `dir` with no Redis URL (the embedded one) in front of `upstream`, and the
+/// data dir it runs with.
+fn embedded_config(dir: &std::path::Path, upstream: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let config = dir.join("gateway.toml");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[[app]]\nname = \"bot\"\n\
+         signing_secret = \"${{SG_TEST_SECRET}}\"\nupstream = \"{upstream}\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    (config, dir.join("data"))
+}
+
+/// `slackgate run` of `config` with `data` as its data dir, its log in `log`.
+fn run_embedded(config: &std::path::Path, data: &std::path::Path, log: &std::path::Path) -> KillOnDrop {
+    KillOnDrop::new(
+        slackgate()
+            .args(["run", "--config"])
+            .arg(config)
+            .arg("--data-dir")
+            .arg(data)
+            .env("SG_TEST_SECRET", SECRET)
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_no_redis_url_starts_and_stops_its_own_redis() {
     let dir = tempfile::tempdir().unwrap();
     let bot = Receiver::start(SECRET).await;
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[[app]]\nname = \"bot\"\nsigning_secret = \"${{SG_TEST_SECRET}}\"\nupstream = \"{}\"\n", bot.url()),
-    )
-    .unwrap();
-    let data = dir.path().join("data");
+    let (config, data) = embedded_config(dir.path(), &bot.url());
     let log = dir.path().join("gateway.log");
-    let mut child = KillOnDrop::new(
-        slackgate()
-            .args(["run", "--config"])
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(&data)
-            .env("SG_TEST_SECRET", SECRET)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = run_embedded(&config, &data, &log);
     let port = wait_started(&log, &mut child).await;
     assert_eq!(send(port, Req::signed("/slack/events", event("EvEmbedded"), SECRET)).await.0, 200);
     assert!(eventually(Duration::from_secs(5), || bot.count() == 1).await);
@@ -90,26 +101,8 @@ async fn a_run_started_while_the_last_one_drains_waits_for_it_and_both_keep_thei
     let dir = tempfile::tempdir().unwrap();
     let bot = Receiver::start(SECRET).await;
     bot.push(Reply::status(200).delay(Duration::from_secs(2)));
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[[app]]\nname = \"bot\"\nsigning_secret = \"${{SG_TEST_SECRET}}\"\nupstream = \"{}\"\n", bot.url()),
-    )
-    .unwrap();
-    let data = dir.path().join("data");
-    let run = |log: &std::path::Path| {
-        KillOnDrop::new(
-            slackgate()
-                .args(["run", "--config"])
-                .arg(&config)
-                .arg("--data-dir")
-                .arg(&data)
-                .env("SG_TEST_SECRET", SECRET)
-                .stderr(std::fs::File::create(log).unwrap())
-                .spawn()
-                .unwrap(),
-        )
-    };
+    let (config, data) = embedded_config(dir.path(), &bot.url());
+    let run = |log: &std::path::Path| run_embedded(&config, &data, log);
     let (log_a, log_b) = (dir.path().join("a.log"), dir.path().join("b.log"));
     let mut a = run(&log_a);
     let port = wait_started(&log_a, &mut a).await;
