@@ -34,6 +34,10 @@ pub struct Delivery<'a> {
     pub id: &'a str,
     /// 1 for the first attempt.
     pub number: u64,
+    /// Its run: 1 the first, more when a run lost with the bot runs again.
+    pub run: u64,
+    /// Slack's retry number for it: 0 for the first attempt of each run.
+    pub retry: u64,
     pub path: &'a str,
     pub content_type: &'a str,
     pub body: Bytes,
@@ -108,7 +112,7 @@ pub async fn send_once(transport: Transport<'_>, shared: &Shared, app: &AppConfi
     let result = match transport {
         Transport::Socket(bots) => {
             let body = (d.content_type, &d.body[..]);
-            bots.send(&shared.metrics, &app.name, d.id, d.number, body, timeout).await
+            bots.send(&shared.metrics, &app.name, d.id, (d.number, d.retry), body, timeout).await
         }
         Transport::Http(client) => {
             let out = Outgoing {
@@ -119,6 +123,7 @@ pub async fn send_once(transport: Transport<'_>, shared: &Shared, app: &AppConfi
                 secret: &app.secrets[0],
                 delivery_id: d.id,
                 attempt: d.number,
+                run: d.run,
                 traceparent: span.traceparent(),
             };
             client.send(out, timeout).await
@@ -459,7 +464,14 @@ mod tests {
 
     fn attempted(status: u16) -> Attempted {
         let body = Bytes::from_static(b"{}");
-        let result = Ok(Response { status, content_type: None, body, retry_after: None, headers: Default::default() });
+        let result = Ok(Response {
+            status,
+            content_type: None,
+            body,
+            retry_after: None,
+            headers: Default::default(),
+            socket: None,
+        });
         Attempted { verdict: policy::judge(&result), result, took: Duration::ZERO, span: trace::AttemptSpan::Off }
     }
 

@@ -85,6 +85,8 @@ pub struct FixedLabels {
     pub egress: Vec<(&'static str, &'static str)>,
     /// How a turn may end.
     pub turn_ends: Vec<&'static str>,
+    /// Why lost runs are run again.
+    pub rerun_reasons: Vec<&'static str>,
     /// Socket Mode's envelope types, and why a socket to Slack may end.
     pub envelope_types: Vec<&'static str>,
     pub socket_reconnects: Vec<&'static str>,
@@ -239,6 +241,7 @@ impl Metrics {
             &self.turns.duration_seconds,
             &self.turns.ended,
             &self.turns.superseded,
+            &self.turns.reruns,
             &self.socket.connections,
             &self.socket.envelopes,
             &self.socket.ack_seconds,
@@ -293,6 +296,9 @@ impl Metrics {
             self.turns.ended.with_label_values(&[app, ended]);
         }
         self.turns.superseded.with_label_values(&[app]);
+        for reason in &labels.rerun_reasons {
+            self.turns.reruns.with_label_values(&[app, reason]);
+        }
         self.turns.conversations_waiting.with_label_values(&[app]);
         self.turns.held.with_label_values(&[app]);
         for h in [&self.ack_seconds, &self.attempt_seconds, &self.delivered_lag_seconds, &self.turns.duration_seconds] {

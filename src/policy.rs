@@ -132,6 +132,7 @@ mod tests {
             body: Bytes::new(),
             retry_after: retry_after.map(Duration::from_secs),
             headers: Default::default(),
+            socket: None,
         })
     }
 

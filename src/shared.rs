@@ -41,6 +41,11 @@ pub struct Shared {
     pub pauses: Pauses,
     /// Copies for apps' shadow bots, queued for the delivery service's copier.
     pub shadow: crate::queue::shadow::Copies,
+    /// Runs lost with a bot's socket, queued for the delivery service's watcher of runs.
+    pub lost_runs: crate::queue::runs::LostRuns,
+    /// This process, as the holder of the bots' sockets it serves (`host-pid-random`): a
+    /// run's socket is named `holder/socket`, and a holder that stops beating has lost them.
+    pub holder: String,
     /// Traces (`[telemetry]`), when on: started once by `cli`.
     pub telemetry: crate::telemetry::Telemetry,
     /// Until when (ms) the live bots' workers are busy: a read found as many deliveries as it
@@ -65,6 +70,8 @@ impl Shared {
             seen,
             pauses: Pauses::default(),
             shadow: crate::queue::shadow::copies(),
+            lost_runs: crate::queue::runs::lost_runs(),
+            holder: holder_name(),
             telemetry: Default::default(),
             live_busy_until: AtomicU64::new(0),
             workers_running: AtomicBool::new(false),
@@ -91,6 +98,13 @@ impl Shared {
     }
 }
 
+/// This process's name among the gateway's processes: host, pid and a random part (a restart
+/// in a container may reuse the pid).
+fn holder_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}-{}-{:08x}", host.trim(), std::process::id(), rand::random::<u32>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,12 +123,16 @@ mod tests {
             None
         }
 
+        fn carrying(&self, _: &str, _: u64, _: &str) -> bool {
+            false
+        }
+
         async fn send(
             &self,
             _: &Metrics,
             _: &str,
             _: &str,
-            _: u64,
+            _: (u64, u64),
             _: (&str, &[u8]),
             _: std::time::Duration,
         ) -> Result<crate::upstream::Response, crate::upstream::SendError> {

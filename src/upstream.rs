@@ -112,6 +112,8 @@ pub struct Outgoing<'a> {
     pub secret: &'a Secret,
     pub delivery_id: &'a str,
     pub attempt: u64,
+    /// The run it belongs to (1 the first; more when a run lost with the bot runs again).
+    pub run: u64,
     /// W3C `traceparent` of the attempt's span (`[telemetry]` on); no `tracestate`: the
     /// gateway keeps none.
     pub traceparent: Option<String>,
@@ -126,6 +128,8 @@ pub struct Response {
     pub retry_after: Option<Duration>,
     /// All of them (the egress passes Slack's on).
     pub headers: http::HeaderMap,
+    /// The Socket Mode bot socket that carried it (its id in this process).
+    pub socket: Option<u64>,
 }
 
 /// `Retry-After` as delay-seconds (RFC 9110 §10.2.3), at most [`MAX_RETRY_AFTER`]; an
@@ -256,6 +260,7 @@ async fn read_whole(resp: http::Response<hyper::body::Incoming>, limit: usize) -
         body: body.to_bytes(),
         retry_after: header(http::header::RETRY_AFTER).and_then(parse_retry_after),
         headers: head.headers,
+        socket: None,
     })
 }
 
@@ -264,6 +269,7 @@ const TIMESTAMP: http::HeaderName = http::HeaderName::from_static("x-slack-reque
 const SIGNATURE: http::HeaderName = http::HeaderName::from_static("x-slack-signature");
 const DELIVERY: http::HeaderName = http::HeaderName::from_static("x-slackgate-delivery");
 const ATTEMPT: http::HeaderName = http::HeaderName::from_static("x-slackgate-attempt");
+const RUN: http::HeaderName = http::HeaderName::from_static("x-slackgate-run");
 const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
 
 /// The request Slack would have sent the bot, signed now.
@@ -279,7 +285,8 @@ fn signed_request(req: &Outgoing<'_>) -> Result<http::Request<Full<Bytes>>, Send
         .header(TIMESTAMP, ts)
         .header(SIGNATURE, signature)
         .header(DELIVERY, req.delivery_id)
-        .header(ATTEMPT, req.attempt.to_string());
+        .header(ATTEMPT, req.attempt.to_string())
+        .header(RUN, req.run.to_string());
     let request = match &req.traceparent {
         Some(tp) => request.header(TRACEPARENT, tp.as_str()),
         None => request,

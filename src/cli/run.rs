@@ -238,6 +238,7 @@ fn fixed_labels() -> FixedLabels {
             .flat_map(|c| crate::egress::Outcome::ALL.map(|o| (*c, o.as_label())))
             .collect(),
         turn_ends: crate::outbox::TurnEnd::ALL.map(crate::outbox::TurnEnd::as_label).to_vec(),
+        rerun_reasons: crate::outbox::RerunReason::ALL.map(crate::outbox::RerunReason::as_label).to_vec(),
         envelope_types: crate::socket::envelope::EnvelopeType::ALL
             .map(crate::socket::envelope::EnvelopeType::as_label)
             .to_vec(),

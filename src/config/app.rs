@@ -43,6 +43,7 @@ impl Validator<'_> {
         let inline_command = self.inline(&key("inline.command"), &a.inline.command, &delivery)?;
         let inline_interactivity = self.inline(&key("inline.interactivity"), &a.inline.interactivity, &delivery)?;
         let turns = self.turns(prefix, &a.turns, egress_on)?;
+        let runs = self.runs(prefix, &a.rerun_lost, a.rerun_limit, upstream.socket, egress_on)?;
         Ok(AppConfig {
             name,
             source: self.file.clone(),
@@ -65,6 +66,7 @@ impl Validator<'_> {
             upstreams,
             shadow,
             pause_answer,
+            runs,
         })
     }
 

@@ -143,6 +143,8 @@ pub struct AppSection {
     pub upstreams: Vec<UpstreamSection>,
     pub shadow: Option<ShadowSection>,
     pub pause_answer: Option<String>,
+    pub rerun_lost: Option<String>,
+    pub rerun_limit: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

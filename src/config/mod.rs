@@ -11,6 +11,7 @@ mod file;
 mod include;
 mod redis;
 mod routes;
+mod runs;
 mod server;
 mod socket;
 mod telemetry;
@@ -25,6 +26,7 @@ pub use routes::{
     live_of_lane, shadow_lane_name, shadow_prefix, share_point, Chosen, Facts, Match, PauseAnswer, Route, ShadowConfig,
     DEFAULT_ROUTE,
 };
+pub use runs::{run_rules, RerunLost, RunsConfig};
 pub use server::SLACK_HOOKS_HOST;
 pub use socket::warnings as socket_warnings;
 pub use socket::{SocketModeConfig, SLACK_MAX_CONNECTIONS};
@@ -300,6 +302,15 @@ pub struct AppConfig {
     pub shadow: Option<ShadowConfig>,
     /// What a paused app's inline payloads are answered.
     pub pause_answer: PauseAnswer,
+    /// `rerun_lost`, `rerun_limit`: which runs lost with the bot are run again.
+    pub runs: RunsConfig,
+}
+
+impl AppConfig {
+    /// The rules its runs are tracked by, when it re-runs lost ones.
+    pub fn run_rules(&self) -> Option<TurnsConfig> {
+        run_rules(&self.turns, &self.runs)
+    }
 }
 
 #[derive(Debug, Clone)]

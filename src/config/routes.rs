@@ -191,6 +191,7 @@ impl AppConfig {
             socket_mode: None,
             passthrough: Vec::new(),
             turns,
+            runs: super::RunsConfig::OFF,
             ..self.clone()
         })
     }

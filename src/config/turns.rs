@@ -16,6 +16,9 @@ pub enum Order {
     Queue,
     /// One turn at a time; of those waiting when a turn ends, only the newest.
     Latest,
+    /// No order: each run of the bot is watched as a turn of its own (keyed by its delivery),
+    /// holding nothing back (an app that re-runs lost runs; never written in a config).
+    Watch,
 }
 
 impl Order {
@@ -24,6 +27,7 @@ impl Order {
             Order::Off => "off",
             Order::Queue => "queue",
             Order::Latest => "latest",
+            Order::Watch => "watch",
         }
     }
 }

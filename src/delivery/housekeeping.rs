@@ -43,7 +43,7 @@ pub(super) async fn maintain_loop(s: Arc<Shard>, mut stop: watch::Receiver<bool>
             continue;
         }
         releases.run(&s).await;
-        if s.turns.is_some() || last_trim.elapsed() >= TRIM_EVERY {
+        if s.turns.is_some() || s.runs.is_some() || last_trim.elapsed() >= TRIM_EVERY {
             // Turns that are due end; an app without turns releases what an earlier `order`
             // held (checked less often: usually there is nothing).
             end_due_turns(&s).await;
@@ -177,12 +177,16 @@ async fn promote_due(s: &Shard) {
 /// full batch means more are due.
 async fn end_due_turns(s: &Shard) {
     loop {
-        match s.store.turns_due(&s.keys, s.turns.as_ref(), now_ms(), TURNS_BATCH).await {
-            Ok(ended) => {
-                for e in &ended {
+        let rules = s.turns.as_ref().or(s.runs.as_ref());
+        match s.store.turns_due(&s.keys, rules, &s.app.runs, now_ms(), TURNS_BATCH).await {
+            Ok(due) => {
+                for e in &due.ended {
                     s.turn_ended(e);
                 }
-                if ended.len() < TURNS_BATCH || s.shared.drain.draining() {
+                for r in &due.reruns {
+                    super::runs::noted(&s.shared, &s.app.name, r);
+                }
+                if due.ended.len() + due.reruns.len() < TURNS_BATCH || s.shared.drain.draining() {
                     return;
                 }
             }

@@ -12,6 +12,7 @@ mod housekeeping;
 mod reach;
 mod reader;
 mod routing;
+mod runs;
 mod shadow;
 
 use std::sync::Arc;
@@ -62,6 +63,8 @@ struct Shard {
     conversations: Option<Conversations>,
     /// The app's turns (`None`: it takes none).
     turns: Option<TurnRules>,
+    /// The rules its runs are tracked by (`rerun_lost`; `None`: not tracked).
+    runs: Option<TurnRules>,
     /// `[redis] key_prefix` (for the pauses' register and the shadow's lane).
     prefix: Arc<str>,
     /// `[egress] listen`, with an app that has a shadow (its copies' `response_url` goes there).
@@ -169,6 +172,7 @@ impl DeliveryService {
                 response_url_hosts: response_url_hosts.clone(),
                 conversations: conversations.clone(),
                 turns: app.turns.when_on(),
+                runs: app.run_rules(),
                 route_slots: route_slots.clone(),
                 prefix: config.redis.key_prefix.as_str().into(),
                 egress: config.egress.listen.as_deref().map(Arc::from),
@@ -195,6 +199,7 @@ impl BackgroundService for DeliveryService {
         warn_if_evicting(&store).await;
         let mut generations = self.live.subscribe();
         tokio::spawn(shadow::copier(self.live.clone(), self.shared.clone(), store.clone(), shutdown.clone()));
+        tokio::spawn(runs::watcher(self.live.clone(), self.shared.clone(), store.clone(), shutdown.clone()));
         self.shared.set_workers_running(true);
         // One round per config generation: a reload stops the loops (attempts in flight go on
         // with the config they started with) and starts them for the new apps.

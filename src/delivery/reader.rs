@@ -342,6 +342,16 @@ impl Shard {
         !self.app.all_socket() || self.transport().reaches(&self.app.name)
     }
 
+    /// A Socket Mode bot whose sockets here all closed since the entry was read (a bot that
+    /// restarts, a run lost with it put back): wait for it to reconnect, up to `within`, rather
+    /// than count an attempt no bot saw (the bot would get the delivery as Slack's retry).
+    async fn bot_back(&self, upstream: &Upstream, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.transport_to(upstream).reaches(&self.app.name) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(NO_BOT_POLL).await;
+        }
+    }
+
     /// A slot of the entry's own `max_in_flight`, when it sets one.
     async fn route_slot(&self, route: &Chosen<'_>) -> Option<OwnedSemaphorePermit> {
         let slots = route.entry.and_then(|i| self.route_slots.get(i)).and_then(Option::as_ref)?;
@@ -357,7 +367,7 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
         // Its inline attempt failed or its holder died: options are useless by now.
         return expire(s, &lease, &stored).await;
     }
-    let number = stored.retries + lease.token;
+    let number = stored.attempt_number(lease.token);
     if let Some(records) = &s.conversations {
         note_message(records, &stored, &lease.delivery, number, &s.app.name).await;
     }
@@ -372,16 +382,22 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
         return expire_paused(s, &lease, &stored).await;
     }
     let route = route_of(&s.app, &stored, &place);
-    if stored.retries == 0 {
+    if stored.retries == 0 && stored.reruns == 0 {
         copy_to_shadow(s, &lease, &stored, &place);
     }
     let slot = tokio::select! {
         slot = s.route_slot(&route) => slot,
         _ = keep_lease(s, &lease) => return,
     };
+    tokio::select! {
+        _ = s.bot_back(route.upstream, route.delivery.timeout) => {}
+        _ = keep_lease(s, &lease) => return,
+    }
     let d = attempt::Delivery {
         id: &lease.delivery,
         number,
+        run: stored.reruns + 1,
+        retry: stored.slack_retry(lease.token),
         path: &stored.path,
         content_type: &stored.content_type,
         body: stored.body.clone(),
@@ -395,12 +411,13 @@ async fn run_attempt(s: &Shard, lease: Lease, stored: Box<Stored>, permit: Owned
     if let Some(reach) = &s.reach {
         reach.note(attempted.result.as_ref().map(|r| r.status));
     }
+    let socket = attempted.result.as_ref().ok().and_then(|r| r.socket);
     let recording = tokio::select! {
         r = s.recording.clone().acquire_owned() => r.expect("semaphore is never closed"),
         _ = keep_lease(s, &lease) => return,
     };
     drop(permit);
-    let fence = Held { s, lease: &lease, stored: &stored };
+    let fence = Held { s, lease: &lease, stored: &stored, socket };
     attempt::conclude(attempted, &fence, context(s, &lease, &stored, number, route)).await;
     drop(recording);
 }

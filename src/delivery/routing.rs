@@ -104,7 +104,7 @@ pub(super) fn copy_to_shadow(s: &Shard, lease: &Lease, stored: &Stored, place: &
 /// Put a delivery a pause holds to wait until it ends (off the stream, no attempt counted).
 pub(super) async fn park(s: &Shard, lease: &Lease, stored: &Stored, place: &Place, pause: &Pause) {
     let kept = place.kept();
-    let fence = Held { s, lease, stored };
+    let fence = Held { s, lease, stored, socket: None };
     match fence.finish_as(Finish::Pause { now_ms: now_ms(), place: &kept }).await {
         Ok(true) => {
             s.shared.metrics.routes.paused.with_label_values(&[&s.app.name]).inc();
@@ -133,7 +133,7 @@ pub(super) fn stale_reply(stored: &Stored) -> bool {
 pub(super) async fn expire_paused(s: &Shard, lease: &Lease, stored: &Stored) {
     let error = "expired while paused: its response_url is older than 30 minutes";
     let how = Finish::Dead { now_ms: now_ms(), status: None, error, final_: false };
-    if let Ok(true) = (Held { s, lease, stored }).finish_as(how).await {
+    if let Ok(true) = (Held { s, lease, stored, socket: None }).finish_as(how).await {
         let m = &s.shared.metrics;
         m.deliveries.with_label_values(&[&s.app.name, Outcome::Expired.as_label()]).inc();
         info!(target: "slackgate::audit", app = %s.app.name, delivery = %lease.delivery, error, "expired");

@@ -46,9 +46,9 @@ impl Ctx {
         self.live.get().config.apps.iter().find(|a| a.name == name).cloned()
     }
 
-    /// Some app takes turns now.
+    /// Some app takes turns, or tracks its runs, now.
     pub fn turns_on(&self) -> bool {
-        self.live.get().config.apps.iter().any(|a| a.turns.is_on())
+        self.live.get().config.apps.iter().any(|a| a.turns.is_on() || a.runs.is_on())
     }
 
     pub fn cfg(&self) -> &EgressConfig {

@@ -1,6 +1,6 @@
-//! Re-runs (opt-in, `rerun_replay`): the k-th write of a method during run n of a delivery
-//! returns the k-th such write of an earlier run instead of posting again; the first run to
-//! post a k-th write keeps its answer.
+//! Re-runs (opt-in, `rerun_replay`; always for an app that re-runs lost runs, `rerun_lost`):
+//! the k-th write of a method during run n of a delivery returns the k-th such write of an
+//! earlier run instead of posting again; the first run to post a k-th write keeps its answer.
 
 use super::ctx::Ctx;
 use super::model::{Cached, Outcome, Reply, Target, Write};
@@ -11,7 +11,9 @@ use super::store::EgressStore;
 /// re-runs apply and Redis could say.
 pub(super) async fn rerun(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &Write) -> Result<Option<u64>, Reply> {
     let Some(s) = &to.source else { return Ok(None) };
-    if !plan::rerun_applies(ctx.cfg().rerun_replay, &w.call.method, true) {
+    // An app that re-runs lost runs replays them whatever `rerun` says.
+    let tracked = ctx.app(&s.app).is_some_and(|a| a.runs.is_on());
+    if !plan::rerun_applies(ctx.cfg().rerun_replay || tracked, &w.call.method, true) {
         return Ok(None);
     }
     let window = ctx.cfg().attribution_window;

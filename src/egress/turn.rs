@@ -3,7 +3,8 @@
 //! turn whose conversation has a newer message waiting is withheld — the newer question is about
 //! to be answered with the whole thread in view — and that ends the turn. An update or append
 //! to a message already posted always goes (never a half-answer), and so does every write the
-//! store cannot judge: when unsure, post.
+//! store cannot judge: when unsure, post. A run the app tracks (`rerun_lost`) with no order is
+//! watched the same way, as a turn of its own that holds nothing back.
 
 use tracing::{debug, info};
 
@@ -13,6 +14,7 @@ use super::model::{Attributed, Gone, Reply, Target, Write};
 use super::plan;
 use super::store::EgressStore;
 use crate::clock::now_ms;
+use crate::config::Order;
 use crate::outbox::{TurnWrite, WriteKind};
 
 /// The write's step in its turn; `Some` with the answer when it is withheld.
@@ -34,14 +36,14 @@ async fn step(ctx: &Ctx, store: &EgressStore, source: &Attributed, kind: WriteKi
         return None;
     }
     let app = ctx.app(&source.app)?;
-    let rules = app.turns.when_on()?;
-    let write = TurnWrite {
-        app: &source.app,
-        delivery: &source.delivery,
-        conversation: &source.conversation,
-        ts: &source.ts,
-        kind,
+    let rules = app.turns.when_on().or_else(|| app.run_rules())?;
+    // A watched run (no order) is a turn of its own, keyed by its delivery.
+    let conversation = match rules.order {
+        Order::Watch => format!("{}#{}", source.conversation, source.delivery),
+        _ => source.conversation.clone(),
     };
+    let write =
+        TurnWrite { app: &source.app, delivery: &source.delivery, conversation: &conversation, ts: &source.ts, kind };
     let turns = store.turns();
     let step = turns.write(&write, &rules, now_ms());
     let verdict = match ctx.step(w, step).await {

@@ -163,6 +163,11 @@ pub fn describe(e: &Value) -> String {
             new => format!("sent to the bot again by an operator, as delivery {new}"),
         },
         "superseded" => format!("superseded by the newer message's delivery {}", s("by")),
+        "rerun" => format!("run lost with the bot ({}): sent again as run {}", lost_why(&s("reason")), e["run"]),
+        "lost" => format!(
+            "run lost with the bot ({}), and not run again: `rerun_limit` re-runs were made",
+            lost_why(&s("reason"))
+        ),
         "stream" => stream(e),
         "wrote" if s("outcome") == super::SHADOW_KEPT => match s("method").as_str() {
             "response_url" => "the shadow bot answered to its response_url: kept, never posted".into(),
@@ -229,6 +234,15 @@ pub fn entry_link(e: &serde_json::Value) -> Option<String> {
 pub fn message_link(channel: &str, ts: &str) -> Option<String> {
     let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.');
     (ok(channel) && ok(ts)).then(|| format!("https://slack.com/archives/{channel}/p{}", ts.replace('.', "")))
+}
+
+/// Why a run was lost, as an operator reads it.
+fn lost_why(reason: &str) -> &'static str {
+    match reason {
+        "socket_closed" => "its Socket Mode socket closed before the run ended",
+        "silent" => "no write within `pass_after` on a message addressed to the bot",
+        _ => "lost",
+    }
 }
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ pub fn line(note: &Note) -> String {
         | What::Resumed
         | What::Shadow { .. }
         | What::Superseded { .. }
+        | What::Rerun { .. }
         | What::Replayed { .. } => step_line(&note.what, at),
         What::Stream(_) | What::Wrote(_) => egress_line(&note.what, at),
         What::Answered { status, ack_ms, kind } => serde_json::to_string(&serde_json::json!({
@@ -77,6 +78,8 @@ fn step_line(what: &What, at: u64) -> Result<String, serde_json::Error> {
         What::Resumed => serde_json::json!({ "what": "resumed", "at": at }),
         What::Shadow { outcome } => serde_json::json!({ "what": "shadow", "at": at, "outcome": outcome }),
         What::Superseded { by } => serde_json::json!({ "what": "superseded", "at": at, "by": by }),
+        What::Rerun { reason, run: 0 } => serde_json::json!({ "what": "lost", "at": at, "reason": reason }),
+        What::Rerun { reason, run } => serde_json::json!({ "what": "rerun", "at": at, "reason": reason, "run": run }),
         What::Replayed { as_id } => serde_json::json!({ "what": "replayed", "at": at, "as": as_id }),
         _ => return Ok(String::new()),
     };
@@ -202,6 +205,11 @@ impl Folded {
             "resumed" => self.set("status", "waiting"),
             "shadow" => self.set("shadow", text("outcome")),
             "superseded" => self.set("status", "superseded"),
+            "rerun" => {
+                self.set("status", "waiting");
+                self.set("runs", e["run"].as_u64().unwrap_or(0));
+            }
+            "lost" => self.set("status", "lost"),
             "replayed" if text("as").is_empty() => self.set("status", "waiting"),
             "wrote" if text("outcome") == super::SHADOW_KEPT => {
                 self.bump("shadow_replies");

@@ -295,6 +295,7 @@ fn counted(what: &What) -> Vec<&'static str> {
         What::Wrote(w) => vec![write_field(w.outcome)],
         What::Held
         | What::Superseded { .. }
+        | What::Rerun { .. }
         | What::Paused { .. }
         | What::Resumed
         | What::Shadow { .. }

@@ -90,6 +90,8 @@ async fn attempt(job: InlineJob, slack: oneshot::Sender<Option<Response>>) {
     let d = attempt::Delivery {
         id: &job.id,
         number: 1,
+        run: 1,
+        retry: 0,
         path: &job.path,
         content_type: &job.content_type,
         body: job.body.clone(),

@@ -18,6 +18,8 @@ pub struct Turns {
     pub ended: IntCounterVec,
     /// Deliveries `order = "latest"` passed over.
     pub superseded: IntCounterVec,
+    /// Runs lost with the bot and run again, by why (`rerun_lost`).
+    pub reruns: IntCounterVec,
 }
 
 impl Turns {
@@ -32,6 +34,12 @@ impl Turns {
                 "turn_superseded_total",
                 "Deliveries passed over by order = \"latest\" for a newer message",
                 &["app"],
+            ),
+            reruns: counter(
+                r,
+                "reruns_total",
+                "Runs lost with the bot and run again, by why (socket_closed, silent)",
+                &["app", "reason"],
             ),
         }
     }

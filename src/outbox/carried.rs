@@ -66,6 +66,8 @@ pub fn unpack(packed: Vec<u8>) -> Option<Stored> {
         conversation: std::str::from_utf8(&cv).ok().and_then(Conversation::decode).map_or(Kept::None, Kept::Some),
         claim: String::new(),
         paused_ms: 0,
+        reruns: 0,
+        rerun_from: 0,
     })
 }
 

@@ -20,6 +20,7 @@ mod model;
 mod notes;
 pub mod pauses;
 mod read;
+mod runs;
 mod scripts;
 pub mod shadow;
 mod shards;
@@ -35,7 +36,8 @@ use model::stored;
 pub use model::{Delivered, Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
 pub use notes::{is_cursor, NoteList, NotePage, Notes};
 pub use read::{read_new, Read};
-pub use turns::{Finished, Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, TurnWrite, Turns, WriteKind};
+pub use runs::{Rerun, RerunReason, RunTrack, BEAT_STALE_MS};
+pub use turns::{Due, Finished, Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, TurnWrite, Turns, WriteKind};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -344,7 +346,7 @@ impl Store {
         lease: &Lease,
         how: Finish<'_>,
     ) -> Result<bool, StoreError> {
-        Ok(self.finish_in_turn(keys, consumer, lease, how, None).await? != Finished::Fenced)
+        Ok(self.finish_in_turn(keys, consumer, lease, how, None, None).await? != Finished::Fenced)
     }
 
     /// Fenced completion of several delivered entries of an app without turns, all of one
@@ -384,6 +386,7 @@ impl Store {
         lease: &Lease,
         how: Finish<'_>,
         turn: Option<(&TurnRules, &str)>,
+        run: Option<RunTrack<'_>>,
     ) -> Result<Finished, StoreError> {
         let (mode, at, status, error, final_) = how.parts();
         let (order, end, quiet, pass_after, timeout) = turns::finish_args(turn.map(|(r, _)| r));
@@ -406,6 +409,9 @@ impl Store {
             .arg(timeout)
             .arg(crate::clock::now_ms())
             .arg(turn.map_or("", |(_, conversation)| conversation))
+            .arg(run.map_or("", |r| r.socket))
+            .arg(u8::from(run.is_some()))
+            .arg(u8::from(run.is_some_and(|r| r.addressed)))
             .invoke_async(&mut self.conn.clone())
             .await?;
         turns::finished(reply)

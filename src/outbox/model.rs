@@ -136,6 +136,25 @@ pub struct Stored {
     pub claim: String,
     /// How long pauses held it (ms): not counted toward `give_up_after`.
     pub paused_ms: u64,
+    /// Times its run was lost with the bot and run again (0: its first run).
+    pub reruns: u64,
+    /// `retries` when its latest re-run began.
+    pub rerun_from: u64,
+}
+
+impl Stored {
+    /// The number of an attempt on a lease of `token`: 1 for the first, and past every attempt
+    /// before it, those of a lost run included.
+    pub fn attempt_number(&self, token: u64) -> u64 {
+        self.retries + token + self.reruns
+    }
+
+    /// Slack's own retry number for that attempt (`retry_attempt` of a Socket Mode envelope):
+    /// 0 for the first attempt of each run — a re-run is not Slack's retry, and bots that drop
+    /// Slack's retries must still get it.
+    pub fn slack_retry(&self, token: u64) -> u64 {
+        (self.retries + token).saturating_sub(self.rerun_from + 1)
+    }
 }
 
 /// A delivered entry for the batched completion: its lease, and its message claim as loaded
@@ -225,6 +244,8 @@ pub(super) fn stored(map: &HashMap<String, Vec<u8>>) -> Stored {
         },
         claim: text("mc"),
         paused_ms: num("pd"),
+        reruns: num("rr"),
+        rerun_from: num("rn"),
     }
 }
 

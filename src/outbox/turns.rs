@@ -34,8 +34,9 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
+use super::runs::{Rerun, RerunReason};
 use super::{scripts, Conn, ShardKeys, Store, StoreError};
-use crate::config::{Order, TurnsConfig};
+use crate::config::{Order, RunsConfig, TurnsConfig};
 
 /// How a turn ended, as the `turns_total` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +58,12 @@ pub enum TurnEnd {
     Off,
     /// Its delivery was paused (it comes back as a new arrival on resume).
     Paused,
+    /// Its run was lost with the bot as many times as `rerun_limit` allows re-runs.
+    Lost,
 }
 
 impl TurnEnd {
-    pub const ALL: [TurnEnd; 9] = [
+    pub const ALL: [TurnEnd; 10] = [
         TurnEnd::Reply,
         TurnEnd::Answer,
         TurnEnd::Refused,
@@ -70,6 +73,7 @@ impl TurnEnd {
         TurnEnd::Cancelled,
         TurnEnd::Off,
         TurnEnd::Paused,
+        TurnEnd::Lost,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -83,6 +87,7 @@ impl TurnEnd {
             TurnEnd::Cancelled => "cancelled",
             TurnEnd::Off => "off",
             TurnEnd::Paused => "paused",
+            TurnEnd::Lost => "lost",
         }
     }
 
@@ -103,7 +108,7 @@ pub struct TurnEnded {
 
 impl TurnEnded {
     /// From a script's `{how, duration ms, released id, {superseded ids}}`.
-    fn from_reply(parts: &[Value]) -> Result<TurnEnded, StoreError> {
+    pub(super) fn from_reply(parts: &[Value]) -> Result<TurnEnded, StoreError> {
         let text = |v: &Value| -> String { redis::from_redis_value::<String>(v.clone()).unwrap_or_default() };
         let bad = || StoreError::Protocol(format!("a turn's end: {parts:?}"));
         let [how, ms, next, superseded] = parts else { return Err(bad()) };
@@ -277,18 +282,21 @@ impl Store {
 
     /// End the turns of a shard that are due (all of them, and release everything held, when
     /// `rules` is `None`: the app takes no turns, or no longer does). At most `max` per call.
+    /// With `runs`, a silent run on a message addressed to the bot runs again instead of
+    /// passing (`rerun_lost = "addressed"`).
     pub async fn turns_due(
         &self,
         keys: &ShardKeys,
         rules: Option<&TurnRules>,
+        runs: &RunsConfig,
         now_ms: u64,
         max: usize,
-    ) -> Result<Vec<TurnEnded>, StoreError> {
+    ) -> Result<Due, StoreError> {
         let (order, timeout) = match rules {
             Some(r) => (r.order.as_str(), ms(r.timeout)),
             None => (Order::Off.as_str(), 0),
         };
-        let reply: Vec<Vec<Value>> = SCRIPTS
+        let (ended, reruns): (Vec<Vec<Value>>, Vec<(String, String, u64)>) = SCRIPTS
             .due
             .key(keys.turn_index())
             .key(keys.turns_waiting())
@@ -297,9 +305,14 @@ impl Store {
             .arg(order)
             .arg(timeout)
             .arg(max)
+            .arg(runs.lost.as_str())
+            .arg(runs.limit)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        reply.iter().map(|parts| TurnEnded::from_reply(parts)).collect()
+        let ended = ended.iter().map(|parts| TurnEnded::from_reply(parts)).collect::<Result<_, _>>()?;
+        let reruns =
+            reruns.into_iter().map(|(delivery, _, run)| Rerun { delivery, reason: RerunReason::Silent, run }).collect();
+        Ok(Due { ended, reruns })
     }
 
     /// The latest deliveries `latest` superseded on a shard, newest first.
@@ -344,6 +357,14 @@ impl Store {
     }
 }
 
+/// What a shard's due turns came to: the turns that ended, and the runs that run again (or
+/// were lost) instead of passing.
+#[derive(Debug, Default)]
+pub struct Due {
+    pub ended: Vec<TurnEnded>,
+    pub reruns: Vec<Rerun>,
+}
+
 /// The arguments `FINISH` takes for an app's turns (`''` and zeros for none).
 pub(super) fn finish_args(rules: Option<&TurnRules>) -> (&'static str, &'static str, u64, u64, u64) {
     match rules {
@@ -359,12 +380,15 @@ pub enum Finished {
     Fenced,
     /// Recorded; with the turn the delivery's end ended, if it did.
     Recorded(Option<TurnEnded>),
+    /// Delivered, and its run goes on past the 2xx, tracked (see `runs`).
+    RunOpen,
 }
 
 /// A `FINISH` reply.
 pub(super) fn finished(reply: Value) -> Result<Finished, StoreError> {
     match reply {
         Value::Int(0) => Ok(Finished::Fenced),
+        Value::Int(2) => Ok(Finished::RunOpen),
         Value::Int(_) => Ok(Finished::Recorded(None)),
         Value::Array(parts) if parts.len() == 5 => Ok(Finished::Recorded(Some(TurnEnded::from_reply(&parts[1..])?))),
         other => Err(StoreError::Protocol(format!("FINISH answered {other:?}"))),

@@ -98,6 +98,10 @@ pub enum What {
     Held,
     /// Its turn never came: a newer message of the thread took it.
     Superseded { by: String },
+    /// Its run was lost with the bot (`reason`, `outbox::RerunReason`'s label): run again as
+    /// run `run` (2 the first re-run), or not (`run` 0: `rerun_limit` reached, its turn ended
+    /// `lost`).
+    Rerun { reason: &'static str, run: u64 },
     /// Held by a pause (`pause`: its scope, as `slackgate pauses` says it).
     Paused { pause: String },
     /// Its pause ended: it waits for the bot again, as if it had just arrived.

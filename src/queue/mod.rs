@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use tokio::sync::mpsc;
 
 pub mod history;
+pub mod runs;
 pub mod seen;
 pub mod shadow;
 pub mod writer;

@@ -77,6 +77,15 @@ pub fn conversation_of(d: &Delivery) -> Option<Conversation> {
     Some(Conversation { team: m.team.clone(), channel: m.channel.clone(), ts: m.ts.clone(), thread: thread_of(m) })
 }
 
+/// Whether an event's message is addressed to the bot: a mention of it (`app_mention`), or a
+/// message of a DM with it (`im`: a DM's channel id starts with `D`), which is where assistant
+/// and agent threads live. A message in a channel or a group DM that does not mention the bot
+/// is one it may only read.
+pub fn addressed(d: &Delivery) -> bool {
+    d.kind == Kind::Event
+        && (d.detail == "app_mention" || d.message.as_ref().is_some_and(|m| m.direct && m.channel.starts_with('D')))
+}
+
 /// The key of the conversation an event belongs to: its message's, posts, edits and deletions
 /// alike (an edit or a deletion belongs to the thread of the message it changes), or the
 /// assistant thread it names. Every delivery of one conversation lives on one shard, with its

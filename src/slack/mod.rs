@@ -11,7 +11,7 @@ pub mod ssl_check;
 pub mod verify;
 
 pub use classify::{classify, AssistantThread, ClassifyError, Delivery, Kind, Message, Request};
-pub use conversation::{conversation_key, conversation_of, thread_key, Conversation, WHOLE_CHANNEL};
+pub use conversation::{addressed, conversation_key, conversation_of, thread_key, Conversation, WHOLE_CHANNEL};
 pub use filter::{deleted_message_key, ignore_reason, message_key, IgnoreReason, Rules};
 pub use reply::{check_response_url, late_reply, replies_late, with_response_url, RefusedUrl, ReplyOutcome};
 pub use retry::{retry_num, RetryReason};

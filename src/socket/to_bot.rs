@@ -21,6 +21,7 @@ use tracing::{debug, info, warn};
 
 use super::envelope;
 use crate::metrics::Metrics;
+use crate::queue::runs::LostRun;
 use crate::shared::Shared;
 use crate::upstream::{self, SendError, SocketBots};
 
@@ -50,11 +51,28 @@ struct BotConn {
     /// Envelope id → who waits for its ack, and the envelope's type; `None` once the socket
     /// closed (a waiter put in after that would wait for an ack that never comes).
     waiting: Mutex<Option<HashMap<String, (AckWaiter, &'static str)>>>,
+    /// The deliveries whose runs went on past their ack on this socket, and when; `None` once
+    /// it closed. Whether each run is still open is Redis' to say when it closes.
+    carried: Mutex<Option<Vec<(String, Instant)>>>,
 }
+
+/// A run carried longer than this ago has ended (no turn lasts so long): forgotten.
+const CARRIED_MAX_AGE: Duration = Duration::from_secs(3600);
 
 impl BotConn {
     fn new(id: u64, out: mpsc::Sender<Message>) -> BotConn {
-        BotConn { id, out, waiting: Mutex::new(Some(HashMap::new())) }
+        BotConn { id, out, waiting: Mutex::new(Some(HashMap::new())), carried: Mutex::new(Some(Vec::new())) }
+    }
+
+    /// Remember `delivery`'s run as carried by this socket; `false` when it has closed.
+    fn carry(&self, delivery: &str) -> bool {
+        let mut carried = lock(&self.carried);
+        let Some(list) = carried.as_mut() else { return false };
+        if list.first().is_some_and(|(_, at)| at.elapsed() > CARRIED_MAX_AGE) {
+            list.retain(|(_, at)| at.elapsed() <= CARRIED_MAX_AGE);
+        }
+        list.push((delivery.to_string(), Instant::now()));
+        true
     }
 
     /// Wait for the ack of envelope `id`; `None` when the socket has closed already.
@@ -65,9 +83,10 @@ impl BotConn {
     }
 
     /// Whoever waits for an ack on this socket gets none (the attempt fails and is retried),
-    /// and no one waits on it again.
-    fn close(&self) {
+    /// and no one waits on it again. Returns the runs it carried.
+    fn close(&self) -> Vec<(String, Instant)> {
         lock(&self.waiting).take();
+        lock(&self.carried).take().unwrap_or_default()
     }
 
     fn forget(&self, id: &str) -> Option<(AckWaiter, &'static str)> {
@@ -99,12 +118,17 @@ impl SocketBots for BotSockets {
         lock(&self.by_app).get(app).map_or(0, Vec::len)
     }
 
+    fn carrying(&self, app: &str, socket: u64, delivery: &str) -> bool {
+        let conn = lock(&self.by_app).get(app).and_then(|c| c.iter().find(|c| c.id == socket).cloned());
+        conn.is_some_and(|c| c.carry(delivery))
+    }
+
     async fn send(
         &self,
         metrics: &Metrics,
         app: &str,
         delivery_id: &str,
-        attempt: u64,
+        (attempt, retry): (u64, u64),
         (content_type, body): (&str, &[u8]),
         timeout: Duration,
     ) -> Result<upstream::Response, SendError> {
@@ -118,7 +142,7 @@ impl SocketBots for BotSockets {
         let id = format!("{delivery_id}.{attempt}");
         // The socket may have closed since it was picked: then fail at once, not at the timeout.
         let rx = conn.wait_for(&id, kind.as_label()).ok_or_else(dropped)?;
-        let retry = u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        let retry = u32::try_from(retry).unwrap_or(u32::MAX);
         let text = envelope::envelope_text(&id, kind, &payload, envelope::accepts_response_payload(kind), retry);
         let answer = async {
             conn.out.send(Message::text(text)).await.map_err(|_| dropped())?;
@@ -134,7 +158,8 @@ impl SocketBots for BotSockets {
             Some(p) => (Some(envelope::JSON.to_string()), Bytes::from(p)),
             None => (None, Bytes::new()),
         };
-        Ok(upstream::Response { status: 200, content_type, body, retry_after: None, headers: Default::default() })
+        let headers = Default::default();
+        Ok(upstream::Response { status: 200, content_type, body, retry_after: None, headers, socket: Some(conn.id) })
     }
 }
 
@@ -177,13 +202,14 @@ impl BotSockets {
             Err(_) => return debug!("a Socket Mode bot's upgrade timed out"),
         };
         let Some(app) = app else { return };
-        self.session(app, socket, &shared.metrics).await;
+        self.session(app, socket, &shared).await;
     }
 
-    async fn session<S>(&self, app: Arc<str>, socket: tokio_tungstenite::WebSocketStream<S>, metrics: &Metrics)
+    async fn session<S>(&self, app: Arc<str>, socket: tokio_tungstenite::WebSocketStream<S>, shared: &Shared)
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        let metrics = &shared.metrics;
         let (sink, mut stream) = socket.split();
         let (out, writer) = super::ws::writer(sink);
         let conn = Arc::new(BotConn::new(self.ids.fetch_add(1, Ordering::Relaxed), out));
@@ -225,8 +251,12 @@ impl BotSockets {
             conns.retain(|c| c.id != conn.id);
         }
         gauge.dec();
-        conn.close();
-        info!(app = %app, socket = conn.id, "a Socket Mode bot disconnected");
+        let carried = conn.close();
+        info!(app = %app, socket = conn.id, runs = carried.len(), "a Socket Mode bot disconnected");
+        for (delivery, _) in carried {
+            let socket = format!("{}/{}", shared.holder, conn.id);
+            shared.lost_runs.push(LostRun { app: app.to_string(), delivery, socket });
+        }
         writer.abort();
     }
 

@@ -268,6 +268,7 @@ pub const STATUSES: &[&str] = &[
     "duplicate",
     "held",
     "superseded",
+    "lost",
     "expired",
     "cancelled",
     "shadow_differs",

@@ -18,18 +18,24 @@ pub trait SocketBots: Send + Sync {
     /// Greeted sockets of `app` on this process.
     fn connected(&self, app: &str) -> usize;
 
+    /// The run of `delivery` goes on past its ack on `app`'s socket `socket`: remembered with
+    /// the socket, so that its closing says the run was lost. `false` when that socket has
+    /// closed already.
+    fn carrying(&self, app: &str, socket: u64, delivery: &str) -> bool;
+
     /// A one-time URL on `listen` (the socket listener) for `app`'s bot; `None` when too many
     /// tickets are outstanding.
     fn issue(&self, app: &str, listen: &str) -> Option<String>;
 
-    /// One attempt: `body` (its content type and bytes) to one of `app`'s sockets as an
-    /// envelope, the bot's ack within `timeout` as a 200 (its payload as the body).
+    /// One attempt (its number, and Slack's retry number for it): `body` (its content type and
+    /// bytes) to one of `app`'s sockets as an envelope, the bot's ack within `timeout` as a 200
+    /// (its payload as the body, the socket it came on as `socket`).
     async fn send(
         &self,
         metrics: &Metrics,
         app: &str,
         delivery_id: &str,
-        attempt: u64,
+        attempt: (u64, u64),
         body: (&str, &[u8]),
         timeout: Duration,
     ) -> Result<Response, SendError>;

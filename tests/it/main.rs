@@ -35,6 +35,7 @@ mod overload;
 mod pauses;
 mod redis_locked;
 mod replies_record;
+mod reruns;
 mod sentinel;
 mod shadow;
 mod sim;

@@ -105,18 +105,27 @@ return 1
 /// with a 4xx, so another copy of its message may be delivered instead). The app's turns:
 /// ARGV[12] order (queue | latest, '' when it takes none), ARGV[13] end (reply | answer),
 /// ARGV[14] quiet ms, ARGV[15] pass-after ms, ARGV[16] timeout ms, ARGV[17] now ms,
-/// ARGV[18] the delivery's conversation ('' when none).
+/// ARGV[18] the delivery's conversation ('' when none; with order `watch` the run's own
+/// key). A run tracked past the 2xx (order `watch`, or the turns' own): ARGV[19] the socket
+/// that carried it (`holder/socket`, '' over HTTP), ARGV[20] track it (0/1), ARGV[21]
+/// addressed to the bot (0/1).
+///
+/// A tracked run still open after its 2xx keeps the delivery's record (`ro`, with the
+/// socket `sk`, the turn's key `rk`, `ad`) for as long as its turn may last, so that a run lost
+/// with its bot can be run again (`rerun`); the run's end drops it (`end_run`).
 ///
 /// A paused delivery waits in the schedule at [`PAUSED`](super::super::pauses::PAUSED), which
 /// no promotion reaches, until the release; its turn ends (`paused`), so that the next
 /// delivery of its conversation is read, and paused too.
 ///
 /// Returns 1, or {1, how, duration ms, released id, {superseded ids}} when it ended the turn
-/// its delivery held (`how`: answer | refused | paused); 0 when fenced out.
+/// its delivery held (`how`: answer | refused | paused), 2 when its run goes on tracked; 0
+/// when fenced out.
 pub const FINISH: &str = fenced!(with_turn_helpers!(with_done_helpers!(
     r#"
 local mode = ARGV[5]
-if mode ~= 'done' and redis.call('EXISTS', KEYS[2]) == 0 then
+local track = mode == 'done' and ARGV[20] == '1'
+if (mode ~= 'done' or track) and redis.call('EXISTS', KEYS[2]) == 0 then
   -- A carried delivery that waits off the stream from now on gets its hash, from its entry.
   local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
   local fields = #e > 0 and unpack_carried(e[1][2])
@@ -126,10 +135,15 @@ if mode ~= 'done' and redis.call('EXISTS', KEYS[2]) == 0 then
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-local ended = nil
+local ended, open = nil, false
 if ARGV[12] ~= '' and ARGV[18] ~= '' then
   local tk = ARGV[10] .. ':tn:' .. ARGV[18]
   local t = turn_get(tk)
+  if not t and track and ARGV[12] == 'watch' then
+    -- A watched run begins at its 2xx (or at the bot's first write, before it).
+    t = {d = ARGV[6], ts = '', at = tonumber(ARGV[17]), w = 0}
+    turn_put(tk, t, tonumber(ARGV[16]) + 60000)
+  end
   if t and t.d == ARGV[6] then
     local now, timeout = tonumber(ARGV[17]), tonumber(ARGV[16])
     if mode == 'dead' or mode == 'pause' or (mode == 'done' and ARGV[13] == 'answer') then
@@ -144,11 +158,32 @@ if ARGV[12] ~= '' and ARGV[18] ~= '' then
       -- A hold (an open stream, a status) keeps the turn at least until it ends.
       due = math.max(due, t.hu or 0)
       redis.call('ZADD', ARGV[10] .. ':turns', math.min(due, t.at + timeout), ARGV[18])
+      open = track
     end
   end
 end
 local function finished()
   return ended or 1
+end
+if open then
+  -- The run goes on past the 2xx: its record stays until the run ends.
+  local mc = redis.call('HGET', KEYS[2], 'mc')
+  if mc then drop_alternates(mc, ARGV[10]) end
+  redis.call('ZREM', KEYS[5], ARGV[6])
+  redis.call('HSET', KEYS[2], 'ro', 1, 'rk', ARGV[18], 'ad', ARGV[21])
+  redis.call('HDEL', KEYS[2], 'rq', 'mc')
+  local holder = string.match(ARGV[19], '^(.*)/')
+  if holder then
+    local set = ARGV[10] .. ':skh:' .. holder
+    redis.call('HSET', KEYS[2], 'sk', ARGV[19])
+    redis.call('SADD', set, ARGV[6])
+    redis.call('PEXPIRE', set, tonumber(ARGV[16]) + 60000)
+  else
+    redis.call('HDEL', KEYS[2], 'sk')
+  end
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[16]) + 60000)
+  count_delivered(ARGV[10], ARGV[7], 1)
+  return 2
 end
 if mode == 'done' then
   forget_delivered(ARGV[10], ARGV[6], KEYS[5], redis.call('HGET', KEYS[2], 'mc'))

@@ -142,7 +142,7 @@ pub use finish::{EXTEND, FINISH, FINISH_DONE_MANY, TRIM_ACKED};
 pub use maintain::{DEAD, PROMOTE, REMOVE_IDLE_CONSUMERS, STATS, TRIM_DEAD};
 pub use read::{LOAD, READ_LOADED, RECLAIM, RECLAIM_LOADED};
 pub use shards::{EARLIER_RECEIPT, SHARDED_BY_CONVERSATION, SHARDS_IN_USE};
-pub use turns::{TURN_DUE, TURN_WRITE};
+pub use turns::{RERUN_LOST, RERUN_ORPHANED, TURN_DUE, TURN_WRITE};
 
 /// KEYS: receipt (or the delivery hash when there is none), outbox stream, delivery hash,
 /// schedule zset, message claim (or the hash), the claim of a message being deleted (or the

@@ -64,10 +64,21 @@ local function release(tag, conv, now, order, timeout)
     end
   end
 end
+-- The open run of delivery `id` (its record kept past the bot's 2xx, `ro`) is over: its
+-- record and its place among its socket's runs go.
+local function end_run(tag, id)
+  local hk = tag .. ':d:' .. id
+  local r = redis.call('HMGET', hk, 'ro', 'sk')
+  if not r[1] then return end
+  local holder = r[2] and string.match(r[2], '^(.*)/')
+  if holder then redis.call('SREM', tag .. ':skh:' .. holder, id) end
+  redis.call('DEL', hk)
+end
 -- `t`: the turn as it was (nil when its key is gone). Returns {duration ms, released id,
 -- {superseded ids}}.
 local function end_turn(tag, conv, t, now, order, timeout)
   redis.call('DEL', tag .. ':tn:' .. conv)
+  if t then end_run(tag, t.d) end
   if not t or t.q or t.ok or (t.x or '') ~= '' then
     redis.call('ZREM', tag .. ':turns', conv)
   end
@@ -76,6 +87,37 @@ local function end_turn(tag, conv, t, now, order, timeout)
     released, superseded = release(tag, conv, now, order, timeout)
   end
   return {math.max(now - (t and t.at or now), 0), released, superseded}
+end
+-- The open run of delivery `id` was lost (its socket closed, or it stayed silent): its
+-- delivery goes back on the stream, its turn held through the re-run (begun again, so the lost
+-- run's last write cannot end it), or, past `limit` re-runs, its turn ends as `lost`. `sk`:
+-- the socket that must have carried the run ('' any). Returns {1, the re-run's number (1 the
+-- first)}, {2, 'lost', duration ms, released id, {superseded ids}}, or {0} when the run is no
+-- longer open as said (it ended, or runs again already).
+local function rerun(tag, id, sk, now, limit, timeout, order)
+  local hk = tag .. ':d:' .. id
+  local r = redis.call('HMGET', hk, 'ro', 'sk', 'rr', 'rk', 'n')
+  if not r[1] or (sk ~= '' and r[2] ~= sk) then return {0} end
+  local conv = r[4] or ''
+  local t = turn_get(tag .. ':tn:' .. conv)
+  if not t or t.d ~= id then
+    end_run(tag, id)
+    return {0}
+  end
+  if (tonumber(r[3]) or 0) >= limit then
+    local e = end_turn(tag, conv, t, now, order, timeout)
+    return {2, 'lost', e[1], e[2], e[3]}
+  end
+  local holder = r[2] and string.match(r[2], '^(.*)/')
+  if holder then redis.call('SREM', tag .. ':skh:' .. holder, id) end
+  local rr = redis.call('HINCRBY', hk, 'rr', 1)
+  redis.call('HSET', hk, 'rq', 1, 'rn', r[5] or 0)
+  redis.call('HDEL', hk, 'ro', 'sk')
+  redis.call('PEXPIRE', hk, 2 * timeout + 60000)
+  turn_put(tag .. ':tn:' .. conv, {d = id, ts = t.ts, at = now, q = t.q}, timeout + 60000)
+  redis.call('ZADD', tag .. ':turns', now + timeout, conv)
+  redis.call('HSET', hk, 'se', redis.call('XADD', tag .. ':stream', '*', 'd', id))
+  return {1, rr}
 end
 local function field(list, name)
   for j = 1, #list, 2 do
@@ -161,6 +203,11 @@ local now, quiet, timeout, order = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumbe
 local hold = tonumber(ARGV[11]) or 0
 local tk = tag .. ':tn:' .. conv
 local t = turn_get(tk)
+if not t and order == 'watch' then
+  -- A watched run's bot writing before its 2xx: the run's turn begins with the write.
+  t = {d = id, ts = ts, at = now, w = 0}
+  turn_put(tk, t, timeout + 60000)
+end
 local mine = t and t.d == id
 if (class == 'post' or class == 'start') and ARGV[7] == '1' then
   local newer = false
@@ -202,12 +249,16 @@ return {'post', '', 0, '', {}}
 );
 
 /// KEYS: the shard's turn index, its conversations with deliveries held. ARGV: 1 key tag,
-/// 2 now ms, 3 order (queue | latest | off), 4 timeout ms, 5 most turns ended per call.
+/// 2 now ms, 3 order (queue | latest | watch | off), 4 timeout ms, 5 most turns ended per
+/// call, 6 which lost runs are run again (off | socket | addressed), 7 re-runs of one delivery
+/// at most.
 ///
 /// Ends the turns that are due: timed out, passed (answered, nothing written within
 /// `pass_after`), replied (written, then quiet), or whose delivery was cancelled. With order
 /// `off` (an app whose `turns` were turned off) every turn ends and everything held is
-/// released. Returns {{how, duration ms, released id, {superseded ids}}, …}.
+/// released. With `addressed`, a run that passed on a message addressed to the bot runs again
+/// instead (`silent`), or ends `lost` past the limit. Returns {{{how, duration ms, released
+/// id, {superseded ids}}, …}, {{delivery, reason, re-run's number (0: lost)}, …}}.
 pub const TURN_DUE: &str = with_turn_helpers!(
     r#"
 local tag, now, order, timeout, max = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -220,8 +271,10 @@ if order == 'off' then
   for _, conv in ipairs(redis.call('ZRANGE', KEYS[2], 0, max - 1)) do
     while release(tag, conv, now, 'off', timeout) ~= '' do end
   end
-  return out
+  return {out, {}}
 end
+local lost, limit = ARGV[6] or 'off', tonumber(ARGV[7]) or 0
+local reruns = {}
 for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, max)) do
   local t = turn_get(tag .. ':tn:' .. conv)
   local how = 'timeout'
@@ -234,11 +287,60 @@ for _, conv in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIM
   elseif t and now < t.at + timeout and t.ok then
     how = (t.w > 0) and 'reply' or 'passed'
   end
+  if how == 'passed' and lost == 'addressed' and redis.call('HGET', tag .. ':d:' .. t.d, 'ad') == '1' then
+    -- Silent on a message addressed to the bot: lost with the bot, unless it passed.
+    local r = rerun(tag, t.d, '', now, limit, timeout, order)
+    if r[1] == 1 then
+      reruns[#reruns + 1] = {t.d, 'silent', r[2]}
+      how = nil
+    elseif r[1] == 2 then
+      reruns[#reruns + 1] = {t.d, 'silent', 0}
+      out[#out + 1] = {'lost', r[3], r[4], r[5]}
+      how = nil
+    end
+  end
   if how then
     local e = end_turn(tag, conv, t, now, order, timeout)
     out[#out + 1] = {how, e[1], e[2], e[3]}
   end
 end
+return {out, reruns}
+"#
+);
+
+/// KEYS: the shard's turn index. ARGV: 1 key tag, 2 delivery, 3 the socket that carried its
+/// run (`holder/socket`), 4 now ms, 5 re-runs of one delivery at most, 6 timeout ms, 7 order.
+///
+/// The socket that carried the delivery's run closed: the run, if still open on it, runs again
+/// (or ends `lost`). Returns `rerun`'s answer.
+pub const RERUN_LOST: &str = with_turn_helpers!(
+    r#"
+return rerun(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7])
+"#
+);
+
+/// KEYS: the shard's turn index. ARGV: 1 key tag, 2 a gateway process that stopped beating
+/// (its sockets are gone with it), 3 now ms, 4 re-runs at most, 5 timeout ms, 6 order.
+///
+/// Every run still open on that process's sockets runs again (or ends `lost`). Returns
+/// {{delivery, re-run's number (0: lost), {how, duration ms, released, {superseded}} or {}}, …}.
+pub const RERUN_ORPHANED: &str = with_turn_helpers!(
+    r#"
+local tag, holder, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local set = tag .. ':skh:' .. holder
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', set)) do
+  local sk = redis.call('HGET', tag .. ':d:' .. id, 'sk')
+  if sk and string.match(sk, '^(.*)/') == holder then
+    local r = rerun(tag, id, sk, now, tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6])
+    if r[1] == 1 then
+      out[#out + 1] = {id, r[2], {}}
+    elseif r[1] == 2 then
+      out[#out + 1] = {id, 0, {r[2], r[3], r[4], r[5]}}
+    end
+  end
+end
+redis.call('DEL', set)
 return out
 "#
 );

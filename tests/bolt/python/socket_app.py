@@ -11,13 +11,18 @@ ending in `/`, e.g. `http://127.0.0.1:PORT/api/`: the client joins method names 
 so without the slash `apps.connections.open` would replace the last path segment), ANSWER (1,
 the default: answer an app_mention in its thread with `say()`; 0: no reply), SLOW_ONCE (seconds
 to hold the first delivery of each event_id before Bolt acks it, default 0: a bot that misses
-its ack once).
+its ack once), THINK (seconds, default 0: answer at once with `say()`; above 0: answer an
+app_mention as an AI bot does — post a placeholder `thinking about <ts>` in its thread, think
+that long, then `chat_update` the placeholder into `answer to <ts>`), SKIP_RETRIES (1: drop
+every delivery whose retry number is above 0, as many bots do to never answer twice).
 
 On stdout: `CONNECTED` each time the server's `hello` arrives on a socket (again after every
 reconnect), `DISCONNECT <reason>` for each `disconnect` message, and one `HANDLED …` line per
 listener run:
   `HANDLED app_mention <event_id> <ts> retry=<retry_attempt, or ->` then `HANDLED replied <ts>`
-  (or `HANDLED reply_failed <ts> <error>`); `HANDLED message <ts>`; `HANDLED command /ask <text>`
+  (or `HANDLED reply_failed <ts> <error>`); with THINK, `HANDLED placeholder <ts> <its ts>`
+  then `HANDLED answered <ts> <its ts>`; `HANDLED skipped_retry <event_id> <retry>`;
+  `HANDLED message <ts>`; `HANDLED command /ask <text>`
   (acked with the inline answer `{"text": "answer to <text>"}`); `HANDLED view form` (acked with
   `{"response_action": "errors", …}`).
 Bolt's own logging (the socket client's connects and reconnects) goes to stderr.
@@ -45,6 +50,8 @@ APP_TOKEN = os.environ["SLACK_APP_TOKEN"]
 API_URL = os.environ["SLACK_API_URL"]
 ANSWER = os.environ.get("ANSWER", "1") == "1"
 SLOW_ONCE = float(os.environ.get("SLOW_ONCE", "0"))
+THINK = float(os.environ.get("THINK", "0"))
+SKIP_RETRIES = os.environ.get("SKIP_RETRIES", "0") == "1"
 SEEN = set()
 SEEN_LOCK = threading.Lock()
 PRINTING = threading.Lock()
@@ -100,14 +107,36 @@ def header(request, name: str) -> str:
     return values[0] if values else "-"
 
 
+@app.middleware
+def skip_retries(body, request, next):
+    # As bots that must never answer twice do: Slack's retries are dropped unseen.
+    retry_num = header(request, "x-slack-retry-num")
+    if SKIP_RETRIES and retry_num not in ("-", "0"):
+        handled(f"skipped_retry {body.get('event_id')} {retry_num}")
+        return
+    next()
+
+
+def think_and_answer(client, channel: str, ts: str) -> None:
+    # An AI bot's answer: a placeholder at once, the answer into it once thought through.
+    placeholder = client.chat_postMessage(channel=channel, thread_ts=ts, text=f"thinking about {ts}")
+    handled(f"placeholder {ts} {placeholder['ts']}")
+    time.sleep(THINK)
+    client.chat_update(channel=channel, ts=placeholder["ts"], text=f"answer to {ts}")
+    handled(f"answered {ts} {placeholder['ts']}")
+
+
 @app.event("app_mention")
-def on_app_mention(body, event, say, request):
+def on_app_mention(body, event, say, request, client):
     ts = event.get("ts")
     # Bolt puts the envelope's retry_attempt where HTTP mode has X-Slack-Retry-Num.
     handled(f"app_mention {body.get('event_id')} {ts} retry={header(request, 'x-slack-retry-num')}")
     if not ANSWER:
         return
     try:
+        if THINK > 0:
+            think_and_answer(client, event.get("channel"), ts)
+            return
         say(text=f"on it: {event.get('text')}", thread_ts=ts)
     except SlackApiError as e:
         handled(f"reply_failed {ts} {e.response.get('error')}")

@@ -144,7 +144,8 @@ async fn carried_deliveries_of_an_app_that_takes_turns_wait_for_their_turn() {
     assert_eq!(redis.xlen(keys.stream()), 1, "the held one left the stream");
     assert!(store.load(&keys, "0-q2").await.unwrap().is_some(), "held with a hash made from its entry");
     // The first's answer ends the turn and hands it to the second, back on the stream.
-    let finished = store.finish_in_turn(&keys, "w", &read.leased[0].0, Finish::Done, Some((&rules, "T1:C1:1.5"))).await;
+    let finished =
+        store.finish_in_turn(&keys, "w", &read.leased[0].0, Finish::Done, Some((&rules, "T1:C1:1.5")), None).await;
     assert!(matches!(finished, Ok(outbox::Finished::Recorded(Some(_)))), "{finished:?}");
     let next = reads.read_loaded(&keys, "w", 10, Some(&rules), false).await.unwrap();
     assert_eq!(next.leased.len(), 1);

@@ -1,0 +1,144 @@
+//! A run lost with its bot is run again (`rerun_lost`), answered once: an unmodified Bolt bot
+//! killed mid-answer (it acked first, as Bolt does) and started again gets the question again
+//! as a new run — not Slack's retry — and its writes replay the lost run's (the placeholder it
+//! posted is handed back, and its update edits it).
+
+use std::time::Duration;
+
+use crate::bolt::payloads;
+use crate::utils::*;
+
+const XAPP: &str = "xapp-1-A1-bot-token";
+const WAIT: Duration = Duration::from_secs(30);
+/// The run's rules: a run passes after 3 s without a write, is quiet 1 s after its last one,
+/// and lasts 60 s at most.
+const TURNS: &str = r#"turns = { pass_after = "3s", quiet = "1s", timeout = "60s" }"#;
+
+/// A gateway in front of a Socket Mode bot (`upstream = "socket"`), its egress to a fake Slack.
+struct SocketRig {
+    slack: FakeSlack,
+    gws: Vec<Gateway>,
+    relay: Option<Relay>,
+    _redis: RedisServer,
+}
+
+impl SocketRig {
+    async fn start(name: &str, app: &str) -> SocketRig {
+        Self::start_n(name, app, 1).await
+    }
+
+    /// `n` gateways sharing one Redis; with more than one, the bots reach their egresses
+    /// through a relay.
+    async fn start_n(name: &str, app: &str, n: usize) -> SocketRig {
+        let redis = RedisServer::start();
+        let slack = FakeSlack::start().await;
+        let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), "socket");
+        cfg.passthrough = "[]".into();
+        cfg.server = "socket_listen = \"127.0.0.1:0\"".into();
+        cfg.app = format!("socket_mode = {{ app_token = \"${{SG_XAPP}}\", connections = 0 }}\n{TURNS}\n{app}");
+        cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
+        cfg.delivery = r#"{ timeout = "10s", retry_initial = "100ms", retry_max = "400ms", lease = "20s" }"#.into();
+        let mut gws = Vec::new();
+        for _ in 0..n {
+            gws.push(Gateway::start_with_env(&cfg, &[("SG_XAPP", XAPP)]).await);
+        }
+        let relay = match n {
+            1 => None,
+            _ => {
+                let relay = Relay::start().await;
+                relay.point_at(&gws.iter().map(|g| g.egress_port).collect::<Vec<_>>());
+                Some(relay)
+            }
+        };
+        SocketRig { slack, gws, relay, _redis: redis }
+    }
+
+    fn gw(&self) -> &Gateway {
+        &self.gws[0]
+    }
+
+    fn api_url(&self) -> String {
+        match &self.relay {
+            Some(relay) => relay.api_url(),
+            None => format!("http://127.0.0.1:{}/api/", self.gw().egress_port),
+        }
+    }
+
+    async fn bot(&self, kind: Bolt, env: &[(&str, &str)]) -> BoltProcess {
+        let mut all = vec![("SLACK_APP_TOKEN", XAPP.to_string()), ("SLACK_API_URL", self.api_url())];
+        all.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
+        BoltProcess::start_connected(kind, "socket_app", &all).await
+    }
+
+    async fn mention(&self, id: &str) -> String {
+        let ts = event_ts(id);
+        let body = payloads::app_mention(id, &ts, "<@UBOT> what is the answer?");
+        assert_eq!(send(self.gw().port, Req::signed("/slack/events", body, SECRET)).await.0, 200);
+        ts
+    }
+
+    async fn reruns(&self, reason: &str) -> f64 {
+        let mut sum = 0.0;
+        for gw in &self.gws {
+            sum += metric(gw.admin_port, &format!("slackgate_reruns_total{{app=\"bot\",reason=\"{reason}\"}}")).await;
+        }
+        sum
+    }
+
+    fn logs(&self) -> String {
+        self.gws.iter().map(Gateway::log).collect::<Vec<_>>().join("\n----\n")
+    }
+}
+
+/// The placeholder a bot posted for the message `ts` (from its `HANDLED placeholder` line).
+fn placeholder_of(bot: &BoltProcess, ts: &str) -> Option<String> {
+    let line = bot.handled_lines(&format!("placeholder {ts}")).into_iter().next()?;
+    line.split_whitespace().last().map(str::to_string)
+}
+
+async fn a_socket_bot_killed_mid_run_answers_once_when_started_again(kind: Bolt, skip_retries: bool) {
+    let rig = SocketRig::start(&format!("rerunsock{kind:?}{skip_retries}"), "").await;
+    assert_eq!(rig.reruns("socket_closed").await, 0.0, "exported at 0 from the start");
+    assert_eq!(rig.reruns("silent").await, 0.0);
+    let first = rig.bot(kind, &[("THINK", "600")]).await;
+    let ts = rig.mention(&format!("EvRerun{kind:?}{skip_retries}")).await;
+    let placed = eventually(WAIT, || placeholder_of(&first, &ts).is_some()).await;
+    assert!(placed, "the bot never began its answer:\n{}\n{}", first.logs(), rig.logs());
+    let placeholder = placeholder_of(&first, &ts).unwrap();
+    drop(first); // SIGKILL mid-answer: the placeholder says "thinking" for good.
+    let skip = if skip_retries { "1" } else { "0" };
+    let second = rig.bot(kind, &[("THINK", "0.2"), ("SKIP_RETRIES", skip)]).await;
+    let answered = eventually(WAIT, || !second.handled_lines(&format!("answered {ts}")).is_empty()).await;
+    assert!(answered, "the question was never answered:\n{}\n{}", second.logs(), rig.logs());
+    let seen = second.handled_lines("app_mention");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].ends_with("retry=0"), "a re-run is not Slack's retry: {seen:?}\n{}", rig.logs());
+    assert!(second.handled_lines("skipped_retry").is_empty(), "{}", second.stdout());
+    assert_eq!(placeholder_of(&second, &ts).as_deref(), Some(placeholder.as_str()), "the lost run's placeholder reused");
+    let posts = rig.slack.calls_of("chat.postMessage");
+    assert_eq!(posts.len(), 1, "posted once: {posts:?}");
+    let messages = rig.slack.messages();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0].ts, placeholder);
+    assert_eq!(messages[0].text, format!("answer to {ts}"), "the re-run edited the placeholder");
+    assert_eq!(rig.reruns("socket_closed").await, 1.0);
+    let replayed = "slackgate_egress_calls_total{class=\"write\",outcome=\"replayed_rerun\"}";
+    assert_eq!(metric(rig.gw().admin_port, replayed).await, 1.0, "{}", rig.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bolt_python_socket_mode_killed_mid_run_answers_once_when_started_again() {
+    a_socket_bot_killed_mid_run_answers_once_when_started_again(Bolt::Python, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bolt_js_socket_mode_killed_mid_run_answers_once_when_started_again() {
+    a_socket_bot_killed_mid_run_answers_once_when_started_again(Bolt::Js, false).await;
+}
+
+/// A bot that drops Slack's retries (as many do) still gets the re-run: it is run 2, not
+/// retry 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_that_drops_slacks_retries_still_gets_the_rerun() {
+    a_socket_bot_killed_mid_run_answers_once_when_started_again(Bolt::Python, true).await;
+}
