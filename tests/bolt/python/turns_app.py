@@ -9,7 +9,8 @@ for any free port, printed as `LISTENING <port>` on stdout), ACK_FIRST (1, the d
 own ack-first, `process_before_response=False`; 0: process before response), ANSWER_DELAY
 (seconds the "model call" takes, default 1).
 
-A human `message` prints `HANDLED start <ts> <text>`, waits ANSWER_DELAY, replies with `say()`
+A human `message` prints `HANDLED run <ts> <X-Slackgate-Run> <X-Slack-Retry-Num>` (`-` for a
+header not sent), then `HANDLED start <ts> <text>`, waits ANSWER_DELAY, replies with `say()`
 in its thread (in a DM without a thread: in the channel, no `thread_ts`), then prints
 `HANDLED answered <ts>`, or `HANDLED withheld <ts>` when the Web API answered
 `{"ok": false, "error": "superseded"}`. A text with "ignore" gets no reply (`HANDLED ignored
@@ -74,11 +75,17 @@ app = App(
 )
 
 
+def header(request, name: str) -> str:
+    values = request.headers.get(name) or []
+    return values[0] if values else "-"
+
+
 @app.event("message")
-def on_message(event, say, client):
+def on_message(event, say, client, request):
     if event.get("subtype") not in (None, "thread_broadcast"):
         return
     ts, text = event["ts"], event.get("text", "")
+    handled(f"run {ts} {header(request, 'x-slackgate-run')} {header(request, 'x-slack-retry-num')}")
     handled(f"start {ts} {text}")
     if "ignore" in text:
         handled(f"ignored {ts}")

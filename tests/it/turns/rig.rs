@@ -58,11 +58,13 @@ impl Bot {
         Bot(BoltProcess::start(kind, script, env).await)
     }
 
-    /// The app's `HANDLED <what> <ts> …` lines as `<what> <ts>`, in the order it printed them.
+    /// The app's `HANDLED <what> <ts> …` lines as `<what> <ts>`, in the order it printed them
+    /// (but the `run` lines, which say which run a `start` is).
     pub(crate) fn seen(&self) -> Vec<String> {
         self.stdout()
             .lines()
             .filter_map(|l| l.strip_prefix("HANDLED "))
+            .filter(|l| !l.starts_with("run "))
             .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
             .collect()
     }
