@@ -46,6 +46,8 @@ pub struct Shared {
     /// This process, as the holder of the bots' sockets it serves (`host-pid-random`): a
     /// run's socket is named `holder/socket`, and a holder that stops beating has lost them.
     pub holder: String,
+    /// When this process last said in Redis that it holds bot sockets (ms; 0: never).
+    pub last_beat_ms: AtomicU64,
     /// Traces (`[telemetry]`), when on: started once by `cli`.
     pub telemetry: crate::telemetry::Telemetry,
     /// Until when (ms) the live bots' workers are busy: a read found as many deliveries as it
@@ -72,6 +74,7 @@ impl Shared {
             shadow: crate::queue::shadow::copies(),
             lost_runs: crate::queue::runs::lost_runs(),
             holder: holder_name(),
+            last_beat_ms: AtomicU64::new(0),
             telemetry: Default::default(),
             live_busy_until: AtomicU64::new(0),
             workers_running: AtomicBool::new(false),

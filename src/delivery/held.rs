@@ -43,6 +43,9 @@ impl Held<'_> {
             return s.finisher.done(Delivered::new(lease, stored)).await;
         }
         let socket = self.socket.map(|id| format!("{}/{id}", s.shared.holder));
+        if socket.is_some() && run.is_some() {
+            super::runs::beaten(&s.shared, &s.store, &s.prefix).await;
+        }
         let track = run
             .as_ref()
             .map(|(_, _, addressed)| RunTrack { socket: socket.as_deref().unwrap_or_default(), addressed: *addressed });

@@ -6,6 +6,7 @@
 //! open on its sockets. A run is run again once whoever notices first: the scripts check that
 //! it is still open on the socket named.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,9 +71,24 @@ async fn rerun_lost(config: &Config, shared: &Shared, store: &Store, run: &LostR
 async fn beat_if_holding(config: &Config, shared: &Shared, store: &Store) {
     let holding = config.apps.iter().any(|a| a.upstream.socket && shared.bots.connected(&a.name) > 0);
     if holding {
-        if let Err(e) = store.beat(&config.redis.key_prefix, &shared.holder, now_ms()).await {
-            debug!(error = %e, "cannot say this process holds bot sockets");
-        }
+        beat(shared, store, &config.redis.key_prefix).await;
+    }
+}
+
+/// Say in Redis that this process holds bot sockets now.
+async fn beat(shared: &Shared, store: &Store, prefix: &str) {
+    let now = now_ms();
+    match store.beat(prefix, &shared.holder, now).await {
+        Ok(()) => shared.last_beat_ms.store(now, Ordering::Relaxed),
+        Err(e) => debug!(error = %e, "cannot say this process holds bot sockets"),
+    }
+}
+
+/// Before a run is tracked on one of this process's sockets: this process has beaten lately
+/// (else a process killed before its first beat would leave its runs to no one).
+pub(super) async fn beaten(shared: &Shared, store: &Store, prefix: &str) {
+    if now_ms().saturating_sub(shared.last_beat_ms.load(Ordering::Relaxed)) >= BEAT_EVERY.as_millis() as u64 / 2 {
+        beat(shared, store, prefix).await;
     }
 }
 

@@ -35,7 +35,8 @@ impl SocketRig {
         let mut cfg = GatewayConfig::new(&redis.url(), &prefix(name), "socket");
         cfg.passthrough = "[]".into();
         cfg.server = "socket_listen = \"127.0.0.1:0\"".into();
-        cfg.app = format!("socket_mode = {{ app_token = \"${{SG_XAPP}}\", connections = 0 }}\n{TURNS}\n{app}");
+        let turns = if app.contains("turns =") { "" } else { TURNS };
+        cfg.app = format!("socket_mode = {{ app_token = \"${{SG_XAPP}}\", connections = 0 }}\n{turns}\n{app}");
         cfg.egress = format!("slack_api_url = \"{}\"", slack.api_url());
         cfg.delivery = r#"{ timeout = "10s", retry_initial = "100ms", retry_max = "400ms", lease = "20s" }"#.into();
         let mut gws = Vec::new();
@@ -75,6 +76,26 @@ impl SocketRig {
         let body = payloads::app_mention(id, &ts, "<@UBOT> what is the answer?");
         assert_eq!(send(self.gw().port, Req::signed("/slack/events", body, SECRET)).await.0, 200);
         ts
+    }
+
+    /// An `app_mention` in the thread of `thread`.
+    async fn mention_in(&self, id: &str, thread: &str) -> String {
+        let ts = event_ts(id);
+        let mut body: serde_json::Value =
+            serde_json::from_slice(&payloads::app_mention(id, &ts, "<@UBOT> and then?")).unwrap();
+        body["event"]["thread_ts"] = thread.into();
+        let req = Req::signed("/slack/events", body.to_string().into_bytes(), SECRET);
+        assert_eq!(send(self.gw().port, req).await.0, 200);
+        ts
+    }
+
+    /// Turns (runs) that ended `how`, summed over the gateways.
+    async fn ended(&self, how: &str) -> f64 {
+        let mut sum = 0.0;
+        for gw in &self.gws {
+            sum += metric(gw.admin_port, &format!("slackgate_turns_total{{app=\"bot\",ended=\"{how}\"}}")).await;
+        }
+        sum
     }
 
     async fn reruns(&self, reason: &str) -> f64 {
@@ -145,6 +166,127 @@ async fn bolt_js_socket_mode_killed_mid_run_answers_once_when_started_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bot_that_drops_slacks_retries_still_gets_the_rerun() {
     a_socket_bot_killed_mid_run_answers_once_when_started_again(Bolt::Python, true).await;
+}
+
+/// The limit reached: a run lost as many times as `rerun_limit` allows re-runs ends `lost`,
+/// counted, and is not run a third time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_lost_past_the_limit_ends_lost_and_is_not_run_again() {
+    let rig = SocketRig::start("rerunlimit", "rerun_limit = 1").await;
+    let first = rig.bot(Bolt::Python, &[("THINK", "600")]).await;
+    let ts = rig.mention("EvRerunLimit").await;
+    assert!(eventually(WAIT, || placeholder_of(&first, &ts).is_some()).await, "{}", rig.logs());
+    drop(first);
+    let second = rig.bot(Bolt::Python, &[("THINK", "600")]).await;
+    let again = eventually(WAIT, || placeholder_of(&second, &ts).is_some()).await;
+    assert!(again, "never run again:\n{}\n{}", second.logs(), rig.logs());
+    drop(second);
+    let lost = until(WAIT, async || rig.ended("lost").await >= 1.0).await;
+    assert!(lost, "the run never ended lost:\n{}", rig.logs());
+    assert_eq!(rig.reruns("socket_closed").await, 1.0, "one re-run, not two");
+    // A new question after the third bot is up: it comes; the lost one never does.
+    let third = rig.bot(Bolt::Python, &[]).await;
+    let next = rig.mention("EvRerunLimitNext").await;
+    assert!(eventually(WAIT, || !third.handled_lines(&format!("replied {next}")).is_empty()).await, "{}", rig.logs());
+    assert_eq!(third.handled_lines("app_mention").len(), 1, "no third run:\n{}", third.stdout());
+    assert_eq!(rig.slack.calls_of("chat.postMessage").len(), 2, "the placeholder, and the next answer");
+}
+
+/// Never run again: a bot that answers (its run ended `reply`) and is killed afterwards; a bot
+/// that passes on a mention while its socket stays open; a slash command and a view
+/// submission (their inline answer is the bot's ack) whose bot is killed right after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_that_ended_and_payloads_answered_inline_are_never_run_again() {
+    let rig = SocketRig::start("rerunnever", "").await;
+    let first = rig.bot(Bolt::Python, &[]).await;
+    let answered = rig.mention("EvRerunNeverA").await;
+    assert!(eventually(WAIT, || !first.handled_lines(&format!("replied {answered}")).is_empty()).await);
+    let (status, body) =
+        send(rig.gw().port, Req::signed("/slack/events", payloads::slash_command("/ask", "life", "TrNever"), SECRET))
+            .await;
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("answer to life"));
+    let (status, _) =
+        send(rig.gw().port, Req::signed("/slack/events", payloads::view_submission("TrNeverV"), SECRET)).await;
+    assert_eq!(status, 200);
+    assert!(eventually(WAIT, || !first.handled_lines("view form").is_empty()).await, "{}", first.logs());
+    let ended = until(WAIT, async || rig.ended("reply").await >= 1.0).await;
+    assert!(ended, "the answered run never ended:\n{}", rig.logs());
+    drop(first);
+    // A bot that passes (writes nothing) with its socket open: its run ends `passed`.
+    let quiet = rig.bot(Bolt::Python, &[("ANSWER", "0")]).await;
+    let passed_on = rig.mention("EvRerunNeverB").await;
+    assert!(eventually(WAIT, || !quiet.handled_lines(&format!("app_mention EvRerunNeverB")).is_empty()).await);
+    assert!(until(WAIT, async || rig.ended("passed").await >= 1.0).await, "{}", rig.logs());
+    drop(quiet);
+    // Whatever a killed bot's socket carried that could run again would come before this.
+    let last = rig.bot(Bolt::Python, &[]).await;
+    let next = rig.mention("EvRerunNeverC").await;
+    assert!(eventually(WAIT, || !last.handled_lines(&format!("replied {next}")).is_empty()).await, "{}", rig.logs());
+    let seen = last.stdout();
+    assert!(!seen.contains(&answered) && !seen.contains(&passed_on), "run again: {seen}");
+    assert!(last.handled_lines("command").is_empty() && last.handled_lines("view").is_empty(), "{seen:?}");
+    assert_eq!(rig.reruns("socket_closed").await, 0.0, "{}", rig.logs());
+}
+
+/// With `order = "queue"`, the conversation's turn is held through the re-run: the next
+/// question of the thread waits for the re-run's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_question_of_the_thread_waits_for_the_rerun() {
+    let rig = SocketRig::start(
+        "rerunqueue",
+        r#"turns = { order = "queue", pass_after = "3s", quiet = "5s", timeout = "60s" }"#,
+    )
+    .await;
+    let first = rig.bot(Bolt::Python, &[("THINK", "600")]).await;
+    let a = rig.mention("EvRerunQueueA").await;
+    assert!(eventually(WAIT, || placeholder_of(&first, &a).is_some()).await, "{}", rig.logs());
+    let b = rig.mention_in("EvRerunQueueB", &a).await;
+    let held = until(WAIT, async || metric(rig.gw().admin_port, "slackgate_turn_held{app=\"bot\"}").await >= 1.0).await;
+    assert!(held, "the thread's next question was not held:\n{}", rig.logs());
+    drop(first);
+    let second = rig.bot(Bolt::Python, &[("THINK", "0.3")]).await;
+    let both = eventually(WAIT, || !second.handled_lines(&format!("answered {b}")).is_empty()).await;
+    assert!(both, "not both answered:\n{}\n{}", second.logs(), rig.logs());
+    let out = second.stdout();
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("HANDLED ")).collect();
+    let at = |what: &str| lines.iter().position(|l| l.starts_with(&format!("HANDLED {what}"))).unwrap();
+    assert!(at(&format!("answered {a}")) < at("app_mention EvRerunQueueB"), "B before A's re-run ended: {lines:?}");
+    assert_eq!(rig.slack.calls_of("chat.postMessage").len(), 2, "one placeholder each");
+}
+
+/// The gateway process that held the bot's socket is killed mid-run: the bot reconnects
+/// through the other replica, which runs the question again once the dead one stops beating;
+/// answered once. The run must still be open when the dead one is missed (10 to 15 s): `quiet`
+/// is longer than that. (Bolt for JavaScript: its socket client sees the close at once; Bolt
+/// for Python's built-in client notices a dead socket only at its next pings, up to a minute.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_killed_while_it_held_the_bots_socket_loses_no_question() {
+    let turns = r#"turns = { pass_after = "3s", quiet = "30s", timeout = "90s" }"#;
+    let mut rig = SocketRig::start_n("rerunreplica", turns, 2).await;
+    let bot = rig.bot(Bolt::Js, &[("THINK", "3")]).await;
+    let holds = |i: usize| metric(rig.gws[i].admin_port, "slackgate_socket_connections{app=\"bot\",direction=\"bot\"}");
+    let holder = if holds(0).await >= 1.0 { 0 } else { 1 };
+    let other = 1 - holder;
+    let ts = event_ts("EvRerunReplica");
+    let body = payloads::app_mention("EvRerunReplica", &ts, "<@UBOT> what is the answer?");
+    assert_eq!(send(rig.gws[other].port, Req::signed("/slack/events", body, SECRET)).await.0, 200);
+    assert!(eventually(WAIT, || placeholder_of(&bot, &ts).is_some()).await, "{}", rig.logs());
+    rig.gws[holder].kill9();
+    rig.relay.as_ref().unwrap().point_at(&[rig.gws[other].egress_port]);
+    let rerun = until(Duration::from_secs(60), async || {
+        metric(rig.gws[other].admin_port, "slackgate_reruns_total{app=\"bot\",reason=\"socket_closed\"}").await >= 1.0
+    })
+    .await;
+    assert!(rerun, "never run again:\n{}\n{}", bot.logs(), rig.gws[other].log());
+    let twice = eventually(WAIT, || bot.handled_lines(&format!("answered {ts}")).len() >= 2).await;
+    assert!(twice, "the lost listener and the re-run both finish:\n{}", bot.logs());
+    let runs = bot.handled_lines("app_mention");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs[1].ends_with("retry=0"), "{runs:?}");
+    assert_eq!(rig.slack.calls_of("chat.postMessage").len(), 1, "posted once");
+    let messages = rig.slack.messages();
+    assert_eq!((messages.len(), messages[0].text.as_str()), (1, format!("answer to {ts}").as_str()));
 }
 
 /// The ack-first Bolt for Python HTTP bot (`turns_app`, Bolt's default: 200 before the
