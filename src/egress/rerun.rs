@@ -19,7 +19,12 @@ pub(super) async fn rerun(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &W
     let window = ctx.cfg().attribution_window;
     match ctx.step(w, store.rerun_next(&to.place(), &s.delivery, s.run, &w.call.method, window)).await {
         Ok((k, earlier)) => match plan::rerun(k, earlier, s.run) {
-            Rerun::Replay(earlier) => Err(Reply::new(earlier, Outcome::ReplayedRerun)),
+            Rerun::Replay(earlier) => {
+                if w.call.method == plan::START_STREAM {
+                    super::stream::rerun(ctx, store, to, w, &earlier).await;
+                }
+                Err(Reply::new(earlier, Outcome::ReplayedRerun))
+            }
             Rerun::Record(k) => Ok(Some(k)),
         },
         Err(_) => Ok(None),

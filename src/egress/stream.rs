@@ -72,6 +72,38 @@ pub(super) async fn opened(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &
     }
 }
 
+/// A re-run's `chat.startStream` was handed the stream its lost run started (`earlier`): the
+/// lost run's partial text gives way to the re-run's answer, continued as edits of the message
+/// (a stream Slack still streams is stopped first, so it is never left streaming).
+pub(super) async fn rerun(ctx: &Ctx, store: &EgressStore, to: &Target<'_>, w: &Write, earlier: &Cached) {
+    let posted = serde_json::from_slice::<serde_json::Value>(&earlier.body).ok();
+    let (Some(ts), Some(token)) = (posted.as_ref().and_then(|v| v["ts"].as_str()), w.call.token.as_ref()) else {
+        return;
+    };
+    let on =
+        On { team: to.who.team.clone(), channel: to.channel.to_string(), ts: ts.to_string(), token: token.clone() };
+    let text = w.call.fields.appended.as_deref().unwrap_or_default();
+    match ctx.step(w, store.stream_rerun(&on.place(), ts, text, now_ms())).await {
+        Ok(Some(state)) => {
+            if state == "open" {
+                let form = [("channel", on.channel.as_str()), ("ts", on.ts.as_str())];
+                let _ = ctx.slack.own_response(plan::STOP_STREAM, &on.token, &form).await;
+            }
+            let edited = !text.is_empty() && edit(ctx, &on, text).await;
+            info!(
+                target: "slackgate::audit",
+                channel = %on.channel,
+                ts = %on.ts,
+                edited,
+                delivery = to.source.as_ref().map_or("", |s| s.delivery.as_str()),
+                "egress stream of a lost run handed to its re-run: continued as edits"
+            );
+        }
+        Ok(None) => {}
+        Err(e) => warn!(error = %e, "cannot hand a lost run's stream to its re-run"),
+    }
+}
+
 /// An append or stop of a stream the gateway keeps: its answer. `None` when it keeps none
 /// (no token, channel, `ts` or identity; Redis did not answer; a stream it did not see
 /// start): the write path goes on as for any write.

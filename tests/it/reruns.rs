@@ -396,3 +396,30 @@ async fn a_message_the_bot_only_reads_or_answers_is_never_run_again() {
 async fn rig_ended(rig: &HttpRig, how: &str) -> f64 {
     metric(rig.gw.admin_port, &format!("slackgate_turns_total{{app=\"bot\",ended=\"{how}\"}}")).await
 }
+
+/// A bot killed mid-stream: its re-run is handed the stream the lost run left open, which the
+/// gateway stops (never left streaming) and continues as edits with the re-run's answer alone
+/// (never the first half twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_left_open_by_a_lost_run_carries_the_reruns_answer_once() {
+    let rig = SocketRig::start("rerunstream", "").await;
+    let first = rig.bot(Bolt::Python, &[("THINK", "600"), ("STREAM", "1")]).await;
+    let ts = rig.mention("EvRerunStream").await;
+    let streaming = eventually(WAIT, || !first.handled_lines(&format!("streaming {ts}")).is_empty()).await;
+    assert!(streaming, "the bot never began its stream:\n{}\n{}", first.logs(), rig.logs());
+    drop(first);
+    let second = rig.bot(Bolt::Python, &[("THINK", "0.2"), ("STREAM", "1")]).await;
+    let streamed = eventually(WAIT, || !second.handled_lines(&format!("streamed {ts}")).is_empty()).await;
+    assert!(streamed, "the re-run never finished:\n{}\n{}", second.logs(), rig.logs());
+    assert_eq!(rig.slack.calls_of("chat.startStream").len(), 1, "one stream");
+    // The re-run words its answer its own way: the message is its answer alone.
+    let line = second.handled_lines(&format!("streaming {ts}")).remove(0);
+    let pid = line.rsplit(' ').next().unwrap().to_string();
+    let whole = format!("answer to {ts} by {pid}: the first half; the second half.");
+    let done = eventually(WAIT, || rig.slack.messages().first().is_some_and(|m| m.text == whole)).await;
+    let messages = rig.slack.messages();
+    assert!(done, "{messages:?}\n{}", rig.logs());
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(!messages[0].streaming, "never left streaming: {messages:?}");
+    assert_eq!(rig.reruns("socket_closed").await, 1.0);
+}

@@ -126,6 +126,21 @@ redis.call('HINCRBY', KEYS[1], 'b', -tonumber(ARGV[1]))
 return 1
 "#;
 
+/// KEYS: the stream, its text. ARGV: the re-run's start text, now ms, ttl ms, cap.
+/// A run lost with its bot left the stream open (or continued as edits); its re-run's start
+/// was handed that stream: from now on the answer is the re-run's alone, continued as edits of
+/// the message (the lost run's partial text is dropped, never given twice). Returns the state
+/// it was in (`false`: not a stream still taking the answer).
+const RERUN: &str = r#"
+local st = redis.call('HGET', KEYS[1], 'st')
+if st ~= 'open' and st ~= 'edits' then return false end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[1], 'st', 'edits', 'why', 'rerun', 'n', 0, 'b', 0, 'lu', ARGV[2], 'la', ARGV[2], 'pend', 0)
+add(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[4]))
+keep(KEYS[1], KEYS[2], ARGV[3])
+return st
+"#;
+
 /// KEYS: the stream. ARGV: its state now (stopped).
 const END: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -140,6 +155,7 @@ struct Scripts {
     flush: Script,
     undo: Script,
     end: Script,
+    rerun: Script,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
@@ -151,6 +167,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         flush: Script::new(FLUSH),
         undo: Script::new(UNDO),
         end: Script::new(END),
+        rerun: with(RERUN),
     }
 });
 
@@ -291,6 +308,30 @@ impl EgressStore {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(text)
+    }
+
+    /// A re-run's start was handed the lost run's stream `ts`: the answer is the re-run's from
+    /// now on (`text` its start's), as edits. The stream's state before (`open`: Slack still
+    /// streams it), or `None` when it no longer takes the answer.
+    pub async fn stream_rerun(
+        &self,
+        p: &Place<'_>,
+        ts: &str,
+        text: &str,
+        now_ms: u64,
+    ) -> Result<Option<String>, StoreError> {
+        let (sm, sx, _) = self.stream_keys(p, ts);
+        let state: Option<String> = SCRIPTS
+            .rerun
+            .key(sm)
+            .key(sx)
+            .arg(text)
+            .arg(now_ms)
+            .arg(STREAM_TTL.as_millis() as u64)
+            .arg(STREAM_TEXT_CAP)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(state)
     }
 
     /// A coalesced edit of `ts` that is due now: its whole text.

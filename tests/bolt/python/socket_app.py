@@ -14,14 +14,17 @@ to hold the first delivery of each event_id before Bolt acks it, default 0: a bo
 its ack once), THINK (seconds, default 0: answer at once with `say()`; above 0: answer an
 app_mention as an AI bot does — post a placeholder `thinking about <ts>` in its thread, think
 that long, then `chat_update` the placeholder into `answer to <ts>`), SKIP_RETRIES (1: drop
-every delivery whose retry number is above 0, as many bots do to never answer twice).
+every delivery whose retry number is above 0, as many bots do to never answer twice), STREAM
+(1: with THINK, stream the answer instead — `chat.startStream` with its first half, THINK
+seconds, the second half, `chat.stopStream` — through slack_sdk's `chat_stream` helper).
 
 On stdout: `CONNECTED` each time the server's `hello` arrives on a socket (again after every
 reconnect), `DISCONNECT <reason>` for each `disconnect` message, and one `HANDLED …` line per
 listener run:
   `HANDLED app_mention <event_id> <ts> retry=<retry_attempt, or ->` then `HANDLED replied <ts>`
   (or `HANDLED reply_failed <ts> <error>`); with THINK, `HANDLED placeholder <ts> <its ts>`
-  then `HANDLED answered <ts> <its ts>`; `HANDLED skipped_retry <event_id> <retry>`;
+  then `HANDLED answered <ts> <its ts>` (with STREAM: `HANDLED streaming <ts> <its ts> <pid>` then
+  `HANDLED streamed <ts> <its ts>`); `HANDLED skipped_retry <event_id> <retry>`;
   `HANDLED message <ts>`; `HANDLED command /ask <text>`
   (acked with the inline answer `{"text": "answer to <text>"}`); `HANDLED view form` (acked with
   `{"response_action": "errors", …}`).
@@ -51,6 +54,7 @@ API_URL = os.environ["SLACK_API_URL"]
 ANSWER = os.environ.get("ANSWER", "1") == "1"
 SLOW_ONCE = float(os.environ.get("SLOW_ONCE", "0"))
 THINK = float(os.environ.get("THINK", "0"))
+STREAM = os.environ.get("STREAM", "0") == "1"
 SKIP_RETRIES = os.environ.get("SKIP_RETRIES", "0") == "1"
 SEEN = set()
 SEEN_LOCK = threading.Lock()
@@ -117,6 +121,25 @@ def skip_retries(body, request, next):
     next()
 
 
+def think_and_stream(client, event, team_id: str) -> None:
+    # An AI bot's streamed answer: its first half at once, the rest once thought through.
+    ts = event.get("ts")
+    streamer = client.chat_stream(
+        channel=event.get("channel"),
+        thread_ts=ts,
+        recipient_team_id=event.get("team") or team_id,
+        recipient_user_id=event.get("user"),
+        buffer_size=1,
+    )
+    # Each run words its answer its own way (as a model does): by this process's id.
+    streamer.append(markdown_text=f"answer to {ts} by {os.getpid()}: the first half")
+    handled(f"streaming {ts} {streamer.ts} {os.getpid()}")
+    time.sleep(THINK)
+    streamer.append(markdown_text="; the second half.")
+    streamer.stop()
+    handled(f"streamed {ts} {streamer.ts}")
+
+
 def think_and_answer(client, channel: str, ts: str) -> None:
     # An AI bot's answer: a placeholder at once, the answer into it once thought through.
     placeholder = client.chat_postMessage(channel=channel, thread_ts=ts, text=f"thinking about {ts}")
@@ -134,6 +157,9 @@ def on_app_mention(body, event, say, request, client):
     if not ANSWER:
         return
     try:
+        if THINK > 0 and STREAM:
+            think_and_stream(client, event, body.get("team_id"))
+            return
         if THINK > 0:
             think_and_answer(client, event.get("channel"), ts)
             return
