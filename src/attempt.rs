@@ -83,13 +83,14 @@ impl Attempted {
         &self,
         shared: &Shared,
         (app, delivery, by): (&str, &str, &str),
-        number: u64,
+        (number, run): (u64, u64),
         outcome: Outcome,
         next_retry_ms: u64,
     ) {
         shared.history.step(app, delivery, || {
             crate::history::What::Attempt(crate::history::Attempt {
                 number,
+                run,
                 outcome: outcome.as_label(),
                 status: self.status().unwrap_or(0),
                 error: self.result.as_ref().err().map(SendError::as_label).unwrap_or_default(),
@@ -219,6 +220,8 @@ pub struct Context<'a> {
     pub delivery: &'a str,
     /// The attempt's number, 1 for the first.
     pub number: u64,
+    /// Its run: 1 the first, more after a run lost with the bot.
+    pub run: u64,
     /// How many attempts before it ended in a retry.
     pub retries: u64,
     pub received_ms: u64,
@@ -244,7 +247,7 @@ pub async fn conclude(mut attempted: Attempted, fence: &impl Fence, at: Context<
     let trace_id = trace::trace_id(at.shared, at.delivery);
     attempted.audit(at.path.words().audit, (at.number, &trace_id), outcome, next_retry_ms);
     let who = (at.app.name.as_str(), at.delivery, at.path.by());
-    attempted.remember(at.shared, who, at.number, outcome, next_retry_ms);
+    attempted.remember(at.shared, who, (at.number, at.run), outcome, next_retry_ms);
     at.hand_on(&attempted, now).await;
 }
 

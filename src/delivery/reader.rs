@@ -467,6 +467,7 @@ fn context<'a>(
         app: &s.app,
         delivery: &lease.delivery,
         number,
+        run: stored.reruns + 1,
         retries: stored.retries,
         received_ms: stored.received_ms,
         paused_ms: stored.paused_ms,

@@ -217,7 +217,17 @@ fn attempt(e: &Value) -> String {
         ms if ms > 0.0 => format!(", next try in {:.1} s", ms / 1000.0),
         _ => String::new(),
     };
-    format!("attempt {} by {}: {status} in {:.1} ms → {}{next}", e["number"], s("by"), n("latency_ms"), s("outcome"))
+    let run = match e["run"].as_u64() {
+        Some(run) if run > 1 => format!(" (run {run})"),
+        _ => String::new(),
+    };
+    format!(
+        "attempt {}{run} by {}: {status} in {:.1} ms → {}{next}",
+        e["number"],
+        s("by"),
+        n("latency_ms"),
+        s("outcome")
+    )
 }
 
 /// The link of a timeline entry's message in Slack, when it has one there: a shadow's write

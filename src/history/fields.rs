@@ -46,6 +46,7 @@ pub fn line(note: &Note) -> String {
             what: "attempt",
             at,
             number: a.number,
+            run: a.run,
             outcome: a.outcome,
             status: a.status,
             error: a.error,
@@ -110,6 +111,7 @@ struct AttemptLine<'a> {
     what: &'static str,
     at: u64,
     number: u64,
+    run: u64,
     outcome: &'a str,
     status: u16,
     error: &'a str,
@@ -299,6 +301,7 @@ mod tests {
     fn attempt(number: u64, outcome: &'static str, status: u16) -> What {
         What::Attempt(Attempt {
             number,
+            run: 1,
             outcome,
             status,
             error: "",

@@ -346,6 +346,7 @@ mod tests {
             || What::Arrived(Box::new(Arrival { outcome: "accepted", status: 200, ack_ms: 4.0, ..Arrival::default() }));
         let attempt = What::Attempt(Attempt {
             number: 1,
+            run: 1,
             outcome: "delivered",
             status: 200,
             error: "",

@@ -146,6 +146,7 @@ fn context<'a>(
         app: &job.app,
         delivery: &job.id,
         number: 1,
+        run: 1,
         retries: 0,
         received_ms: job.received_ms,
         paused_ms: 0,

@@ -167,6 +167,8 @@ pub struct Arrival {
 #[derive(Debug, Clone)]
 pub struct Attempt {
     pub number: u64,
+    /// The run it belongs to: 1 the first, more after a run lost with the bot.
+    pub run: u64,
     /// `policy::Outcome`'s label: delivered, retried, dead, expired, cancelled.
     pub outcome: &'static str,
     /// The bot's status; 0 when it did not answer.

@@ -111,6 +111,40 @@ impl SocketRig {
     }
 }
 
+/// `slackgate <args> --json` against `gw`'s config.
+fn cli(gw: &Gateway, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slackgate"))
+        .args(args)
+        .args(["--json", "--config"])
+        .arg(&gw.config_path)
+        .env("SG_TEST_SECRET", SECRET)
+        .env("SG_XAPP", XAPP)
+        .env_remove("SLACKGATE_REDIS_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+}
+
+/// The timeline `slackgate show` gives of the delivery of event `event_id`, once `done` holds.
+async fn timeline_when(
+    gw: &Gateway,
+    event_id: &str,
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut timeline = Vec::new();
+    until(WAIT, async || {
+        let page = cli(gw, &["deliveries", "--search", event_id]);
+        let Some(id) = page["rows"][0]["id"].as_str() else { return false };
+        let shown = cli(gw, &["show", id]);
+        timeline = shown["timeline"].as_array().cloned().unwrap_or_default();
+        done(&timeline)
+    })
+    .await;
+    timeline
+}
+
 /// The placeholder a bot posted for the message `ts` (from its `HANDLED placeholder` line).
 fn placeholder_of(bot: &BoltProcess, ts: &str) -> Option<String> {
     let line = bot.handled_lines(&format!("placeholder {ts}")).into_iter().next()?;
@@ -149,6 +183,36 @@ async fn a_socket_bot_killed_mid_run_answers_once_when_started_again(kind: Bolt,
     assert_eq!(rig.reruns("socket_closed").await, 1.0);
     let replayed = "slackgate_egress_calls_total{class=\"write\",outcome=\"replayed_rerun\"}";
     assert_eq!(metric(rig.gw().admin_port, replayed).await, 1.0, "{}", rig.logs());
+    // The delivery's page lists its runs: the first (sent, 2xx, its placeholder), lost and
+    // why, the re-run (sent, 2xx, its writes).
+    let event = format!("EvRerun{kind:?}{skip_retries}");
+    let whats = |t: &[serde_json::Value]| -> Vec<String> {
+        t.iter()
+            .map(|e| match e["what"].as_str().unwrap_or_default() {
+                "attempt" => format!("attempt run {} {}", e["run"], e["outcome"].as_str().unwrap_or_default()),
+                "rerun" => format!("rerun {} run {}", e["reason"].as_str().unwrap_or_default(), e["run"]),
+                "wrote" => format!(
+                    "wrote {} {}",
+                    e["method"].as_str().unwrap_or_default(),
+                    e["outcome"].as_str().unwrap_or_default()
+                ),
+                other => other.to_string(),
+            })
+            .collect()
+    };
+    let timeline =
+        timeline_when(rig.gw(), &event, |t| whats(t).iter().any(|w| w == "wrote chat.update forwarded")).await;
+    let seen = whats(&timeline);
+    let expected = [
+        "attempt run 1 delivered",
+        "wrote chat.postMessage forwarded",
+        "rerun socket_closed run 2",
+        "attempt run 2 delivered",
+        "wrote chat.postMessage replayed_rerun",
+        "wrote chat.update forwarded",
+    ];
+    let runs: Vec<&String> = seen.iter().filter(|w| expected.contains(&w.as_str())).collect();
+    assert_eq!(runs, expected, "{seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
