@@ -177,6 +177,18 @@ fn check(opt: &ConfigOpt, replicas: u16) -> anyhow::Result<()> {
                 t.timeout
             );
         }
+        if let Some(r) = app.run_rules() {
+            out!(
+                "  lost runs run again: {} (at most {} re-run{} a delivery); a run ends {:?} after the bot's last write, \
+                 {:?} after a silent answer, by {:?}",
+                app.runs.lost.as_str(),
+                app.runs.limit,
+                if app.runs.limit == 1 { "" } else { "s" },
+                r.quiet,
+                r.pass_after,
+                r.timeout
+            );
+        }
     }
     for w in crate::config::socket_warnings(&config.apps, replicas.max(1)) {
         out!("warning: {w}");

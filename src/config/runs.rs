@@ -39,6 +39,11 @@ impl RunsConfig {
     pub fn is_on(&self) -> bool {
         self.lost != RerunLost::Off
     }
+
+    /// These rules with at most `limit` re-runs of a delivery.
+    pub fn with_limit(self, limit: u32) -> RunsConfig {
+        RunsConfig { limit, ..self }
+    }
 }
 
 /// The rules a run is tracked by, when an app tracks them: its turns' (`quiet`, `pass_after`,

@@ -267,3 +267,37 @@ fn the_history_tier_and_the_replies_fallback_are_checked() {
 fn secs(n: u64) -> std::time::Duration {
     std::time::Duration::from_secs(n)
 }
+
+// ---------------------------------------------------------------- lost runs
+
+#[test]
+fn lost_runs_are_run_again_by_default_for_socket_bots_only_and_watched_without_order() {
+    let egress = "[egress]\nlisten = \"127.0.0.1:0\"\n";
+    let http = load(&format!("{egress}{}", app("a", "SG_T_RUNS_1", ""))).unwrap();
+    assert_eq!(http.apps[0].runs, RunsConfig::OFF.with_limit(1));
+    assert_eq!(http.apps[0].run_rules(), None, "an HTTP bot's runs are not tracked by default");
+    let addressed = load(&format!("{egress}{}", app("a", "SG_T_RUNS_1", "rerun_lost = \"addressed\""))).unwrap();
+    let r = addressed.apps[0].run_rules().expect("tracked");
+    assert_eq!((addressed.apps[0].runs.lost, r.order, r.end), (RerunLost::Addressed, Order::Watch, End::Reply));
+    let queued = format!(
+        "{egress}{}",
+        app("a", "SG_T_RUNS_1", "rerun_lost = \"socket\"\nrerun_limit = 3\nturns = { order = \"queue\" }")
+    );
+    let queued = load(&queued).unwrap();
+    assert_eq!(queued.apps[0].runs, RunsConfig { lost: RerunLost::Socket, limit: 3 });
+    assert_eq!(queued.apps[0].run_rules().map(|r| r.order), Some(Order::Queue), "the turns track the runs");
+}
+
+#[test]
+fn lost_runs_that_cannot_work_are_refused_with_the_key_named() {
+    let egress = "[egress]\nlisten = \"127.0.0.1:0\"\n";
+    let cases = [
+        ("", "rerun_lost = \"addressed\"", "app[0].rerun_lost"),
+        (egress, "rerun_lost = \"always\"", "app[0].rerun_lost"),
+        (egress, "rerun_limit = 11", "app[0].rerun_limit"),
+        (egress, "rerun_limit = -1", "app[0].rerun_limit"),
+    ];
+    for (head, extra, key) in cases {
+        assert_err(&load_err(&format!("{head}{}", app("a", "SG_T_RUNS_2", extra))), key);
+    }
+}
