@@ -36,8 +36,11 @@ use model::stored;
 pub use model::{Delivered, Finish, Kept, Lease, Loaded, NewDelivery, Placement, Recorded, StoreOp, Stored};
 pub use notes::{is_cursor, NoteList, NotePage, Notes};
 pub use read::{read_new, Read};
-pub use runs::{Rerun, RerunReason, RunTrack, BEAT_STALE_MS};
-pub use turns::{Due, Finished, Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, TurnWrite, Turns, WriteKind};
+pub use runs::{RunTrack, BEAT_STALE_MS};
+pub use turns::{
+    Due, Finished, Rerun, RerunReason, Superseded, TurnEnd, TurnEnded, TurnRules, TurnVerdict, TurnWrite, Turns,
+    WriteKind,
+};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

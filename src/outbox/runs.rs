@@ -15,38 +15,9 @@ use std::sync::LazyLock;
 
 use redis::{AsyncCommands, Script, Value};
 
-use super::turns::TurnEnded;
+use super::turns::{Rerun, RerunReason, TurnEnded};
 use super::{scripts, ShardKeys, Store, StoreError};
 use crate::config::{RunsConfig, TurnsConfig};
-
-/// Why a run was run again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RerunReason {
-    /// The Socket Mode socket that carried it closed before the run ended.
-    SocketClosed,
-    /// The bot wrote nothing within `pass_after` on a message addressed to it.
-    Silent,
-}
-
-impl RerunReason {
-    pub const ALL: [RerunReason; 2] = [RerunReason::SocketClosed, RerunReason::Silent];
-
-    pub fn as_label(self) -> &'static str {
-        match self {
-            RerunReason::SocketClosed => "socket_closed",
-            RerunReason::Silent => "silent",
-        }
-    }
-}
-
-/// A lost run: run again (`run`, 1 the first re-run), or, with `run` 0, not (the limit was
-/// reached: its turn ended `lost`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rerun {
-    pub delivery: String,
-    pub reason: RerunReason,
-    pub run: u64,
-}
 
 /// What a delivered run's completion tracks: the socket that carried it (`holder/socket`,
 /// empty over HTTP) and whether its message is addressed to the bot.

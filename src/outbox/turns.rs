@@ -34,7 +34,6 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::runs::{Rerun, RerunReason};
 use super::{scripts, Conn, ShardKeys, Store, StoreError};
 use crate::config::{Order, RunsConfig, TurnsConfig};
 
@@ -296,7 +295,7 @@ impl Store {
             Some(r) => (r.order.as_str(), ms(r.timeout)),
             None => (Order::Off.as_str(), 0),
         };
-        let (ended, reruns): (Vec<Vec<Value>>, Vec<(String, String, u64)>) = SCRIPTS
+        let (ended, reruns): (Vec<Vec<Value>>, Vec<DueRerun>) = SCRIPTS
             .due
             .key(keys.turn_index())
             .key(keys.turns_waiting())
@@ -356,6 +355,38 @@ impl Store {
             .collect())
     }
 }
+
+/// Why a run was run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RerunReason {
+    /// The Socket Mode socket that carried it closed before the run ended.
+    SocketClosed,
+    /// The bot wrote nothing within `pass_after` on a message addressed to it.
+    Silent,
+}
+
+impl RerunReason {
+    pub const ALL: [RerunReason; 2] = [RerunReason::SocketClosed, RerunReason::Silent];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            RerunReason::SocketClosed => "socket_closed",
+            RerunReason::Silent => "silent",
+        }
+    }
+}
+
+/// A lost run: run again (`run`, 1 the first re-run), or, with `run` 0, not (the limit was
+/// reached: its turn ended `lost`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rerun {
+    pub delivery: String,
+    pub reason: RerunReason,
+    pub run: u64,
+}
+
+/// A run `TURN_DUE` ran again (or ended lost): its delivery, why, the re-run's number.
+type DueRerun = (String, String, u64);
 
 /// What a shard's due turns came to: the turns that ended, and the runs that run again (or
 /// were lost) instead of passing.

@@ -280,7 +280,7 @@ async fn runs_that_ended_and_payloads_answered_inline_are_never_run_again() {
     // A bot that passes (writes nothing) with its socket open: its run ends `passed`.
     let quiet = rig.bot(Bolt::Python, &[("ANSWER", "0")]).await;
     let passed_on = rig.mention("EvRerunNeverB").await;
-    assert!(eventually(WAIT, || !quiet.handled_lines(&format!("app_mention EvRerunNeverB")).is_empty()).await);
+    assert!(eventually(WAIT, || !quiet.handled_lines("app_mention EvRerunNeverB").is_empty()).await);
     assert!(until(WAIT, async || rig.ended("passed").await >= 1.0).await, "{}", rig.logs());
     drop(quiet);
     // Whatever a killed bot's socket carried that could run again would come before this.
