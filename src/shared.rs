@@ -126,7 +126,7 @@ mod tests {
             None
         }
 
-        fn carrying(&self, _: &str, _: u64, _: &str) -> bool {
+        fn carrying(&self, _: &str, _: u64, _: &str, _: std::time::Duration) -> bool {
             false
         }
 

@@ -2,6 +2,8 @@
 //! while the lease is its own (delivered entries of an app without turns go through the shard's
 //! finisher, together).
 
+use std::time::Duration;
+
 use super::Shard;
 use crate::attempt;
 use crate::outbox::{Delivered, Finish, Finished, Kept, Lease, RunTrack, StoreError, Stored, TurnRules};
@@ -58,7 +60,7 @@ impl Held<'_> {
                 Ok(true)
             }
             Finished::RunOpen => {
-                self.carried(socket);
+                self.carried(socket, run.as_ref().map_or(Duration::ZERO, |(rules, _, _)| rules.timeout));
                 Ok(true)
             }
             Finished::Fenced => Ok(false),
@@ -86,10 +88,10 @@ impl Held<'_> {
 
     /// A run open on a bot socket: remembered with the socket, or lost at once when the socket
     /// closed between the ack and now.
-    fn carried(&self, socket: Option<String>) {
+    fn carried(&self, socket: Option<String>, within: Duration) {
         let (Some(id), Some(socket)) = (self.socket, socket) else { return };
         let s = self.s;
-        if !s.shared.bots.carrying(&s.app.name, id, &self.lease.delivery) {
+        if !s.shared.bots.carrying(&s.app.name, id, &self.lease.delivery, within) {
             let lost = LostRun { app: s.app.name.clone(), delivery: self.lease.delivery.clone(), socket };
             s.shared.lost_runs.push(lost);
         }

@@ -25,8 +25,10 @@ const BEAT_EVERY: Duration = Duration::from_secs(2);
 /// How often a process looks for one that stopped beating.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
-/// Run the watcher until `stop` changes (the process stops). It never says it stopped
-/// holding sockets: a process stopping with runs open leaves them to the others' sweep.
+/// Run the watcher until `stop` changes (the process stops). A process that stops gracefully
+/// (draining) says it no longer holds sockets: the bots whose sockets it closes live on and
+/// reconnect to another process, their runs going on there. One that stops at once says
+/// nothing, and its open runs are left to the others' sweep.
 pub(super) async fn watcher(live: Arc<Live>, shared: Arc<Shared>, store: Store, mut stop: watch::Receiver<bool>) {
     let Some(mut lost) = shared.lost_runs.take_receiver() else { return };
     let mut beat = tokio::time::interval(BEAT_EVERY);
@@ -39,7 +41,12 @@ pub(super) async fn watcher(live: Arc<Live>, shared: Arc<Shared>, store: Store, 
             },
             _ = beat.tick() => beat_if_holding(&live.get().config, &shared, &store).await,
             _ = sweep.tick() => sweep_silent(&live.get().config, &shared, &store).await,
-            _ = stop.changed() => return,
+            _ = stop.changed() => {
+                if shared.drain.draining() {
+                    let _ = store.beat_off(&live.get().config.redis.key_prefix, &shared.holder).await;
+                }
+                return;
+            }
         }
     }
 }

@@ -6,7 +6,7 @@
 //! `payload` its answer). A bot that drops its socket holds nothing: the attempt fails and the
 //! delivery is retried like any other.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -51,27 +51,27 @@ struct BotConn {
     /// Envelope id → who waits for its ack, and the envelope's type; `None` once the socket
     /// closed (a waiter put in after that would wait for an ack that never comes).
     waiting: Mutex<Option<HashMap<String, (AckWaiter, &'static str)>>>,
-    /// The deliveries whose runs went on past their ack on this socket, and when; `None` once
-    /// it closed. Whether each run is still open is Redis' to say when it closes.
-    carried: Mutex<Option<Vec<(String, Instant)>>>,
+    /// The deliveries whose runs went on past their ack on this socket, each with when its run
+    /// ends at the latest (its turn's `timeout`), oldest first; `None` once it closed. Whether
+    /// each run is still open is Redis' to say when the socket closes.
+    carried: Mutex<Option<VecDeque<(String, Instant)>>>,
 }
-
-/// A run carried longer than this ago has ended (no turn lasts so long): forgotten.
-const CARRIED_MAX_AGE: Duration = Duration::from_secs(3600);
 
 impl BotConn {
     fn new(id: u64, out: mpsc::Sender<Message>) -> BotConn {
-        BotConn { id, out, waiting: Mutex::new(Some(HashMap::new())), carried: Mutex::new(Some(Vec::new())) }
+        BotConn { id, out, waiting: Mutex::new(Some(HashMap::new())), carried: Mutex::new(Some(VecDeque::new())) }
     }
 
-    /// Remember `delivery`'s run as carried by this socket; `false` when it has closed.
-    fn carry(&self, delivery: &str) -> bool {
+    /// Remember `delivery`'s run, which ends `within` from now at the latest, as carried by
+    /// this socket (the runs past their end forgotten); `false` when it has closed.
+    fn carry(&self, delivery: &str, within: Duration) -> bool {
         let mut carried = lock(&self.carried);
         let Some(list) = carried.as_mut() else { return false };
-        if list.first().is_some_and(|(_, at)| at.elapsed() > CARRIED_MAX_AGE) {
-            list.retain(|(_, at)| at.elapsed() <= CARRIED_MAX_AGE);
+        let now = Instant::now();
+        while list.front().is_some_and(|(_, ends)| *ends <= now) {
+            list.pop_front();
         }
-        list.push((delivery.to_string(), Instant::now()));
+        list.push_back((delivery.to_string(), now + within));
         true
     }
 
@@ -84,9 +84,12 @@ impl BotConn {
 
     /// Whoever waits for an ack on this socket gets none (the attempt fails and is retried),
     /// and no one waits on it again. Returns the runs it carried.
-    fn close(&self) -> Vec<(String, Instant)> {
+    fn close(&self) -> VecDeque<(String, Instant)> {
         lock(&self.waiting).take();
-        lock(&self.carried).take().unwrap_or_default()
+        let mut carried = lock(&self.carried).take().unwrap_or_default();
+        let now = Instant::now();
+        carried.retain(|(_, ends)| *ends > now);
+        carried
     }
 
     fn forget(&self, id: &str) -> Option<(AckWaiter, &'static str)> {
@@ -118,9 +121,9 @@ impl SocketBots for BotSockets {
         lock(&self.by_app).get(app).map_or(0, Vec::len)
     }
 
-    fn carrying(&self, app: &str, socket: u64, delivery: &str) -> bool {
+    fn carrying(&self, app: &str, socket: u64, delivery: &str, within: Duration) -> bool {
         let conn = lock(&self.by_app).get(app).and_then(|c| c.iter().find(|c| c.id == socket).cloned());
-        conn.is_some_and(|c| c.carry(delivery))
+        conn.is_some_and(|c| c.carry(delivery, within))
     }
 
     async fn send(
@@ -251,8 +254,13 @@ impl BotSockets {
             conns.retain(|c| c.id != conn.id);
         }
         gauge.dec();
-        let carried = conn.close();
+        let mut carried = conn.close();
         info!(app = %app, socket = conn.id, runs = carried.len(), "a Socket Mode bot disconnected");
+        if shared.drain.draining() {
+            // This process closes its sockets as it stops: the bots live on, reconnect to
+            // another, and their runs go on there. Not lost.
+            carried.clear();
+        }
         for (delivery, _) in carried {
             let socket = format!("{}/{}", shared.holder, conn.id);
             shared.lost_runs.push(LostRun { app: app.to_string(), delivery, socket });
@@ -296,5 +304,18 @@ mod tests {
         // Picked just before it closed: the attempt fails now, not at its timeout.
         assert!(conn.wait_for("0-2.1", "events_api").is_none());
         assert!(conn.forget("0-1.1").is_none());
+    }
+
+    #[test]
+    fn a_socket_remembers_the_runs_it_carries_until_they_end_and_hands_them_over_as_it_closes() {
+        let (out, _rx) = mpsc::channel(4);
+        let conn = BotConn::new(1, out);
+        assert!(conn.carry("0-ended", Duration::ZERO));
+        assert!(conn.carry("0-open", Duration::from_secs(60)));
+        assert!(conn.carry("0-also", Duration::from_secs(60)));
+        assert_eq!(lock(&conn.carried).as_ref().map(VecDeque::len), Some(2), "a run past its end is forgotten");
+        let lost: Vec<String> = conn.close().into_iter().map(|(d, _)| d).collect();
+        assert_eq!(lost, ["0-open", "0-also"]);
+        assert!(!conn.carry("0-late", Duration::from_secs(60)), "a closed socket carries nothing more");
     }
 }

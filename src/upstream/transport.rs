@@ -18,10 +18,10 @@ pub trait SocketBots: Send + Sync {
     /// Greeted sockets of `app` on this process.
     fn connected(&self, app: &str) -> usize;
 
-    /// The run of `delivery` goes on past its ack on `app`'s socket `socket`: remembered with
-    /// the socket, so that its closing says the run was lost. `false` when that socket has
-    /// closed already.
-    fn carrying(&self, app: &str, socket: u64, delivery: &str) -> bool;
+    /// The run of `delivery` goes on past its ack on `app`'s socket `socket`, for `within` at
+    /// most: remembered with the socket, so that its closing says the run was lost. `false`
+    /// when that socket has closed already.
+    fn carrying(&self, app: &str, socket: u64, delivery: &str, within: Duration) -> bool;
 
     /// A one-time URL on `listen` (the socket listener) for `app`'s bot; `None` when too many
     /// tickets are outstanding.

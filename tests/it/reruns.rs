@@ -487,3 +487,37 @@ async fn a_stream_left_open_by_a_lost_run_carries_the_reruns_answer_once() {
     assert!(!messages[0].streaming, "never left streaming: {messages:?}");
     assert_eq!(rig.reruns("socket_closed").await, 1.0);
 }
+
+/// A gateway stopped gracefully (SIGTERM) while it holds the bot's socket mid-run loses nothing:
+/// the bot lives on, reconnects through the other replica and finishes its answer there — the
+/// run is not run again (neither at once, nor by the others when the stopped one falls silent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_drained_while_it_holds_the_bots_socket_runs_nothing_again() {
+    let turns = r#"turns = { pass_after = "3s", quiet = "20s", timeout = "90s" }"#;
+    let mut rig = SocketRig::start_n("rerundrain", turns, 2).await;
+    let bot = rig.bot(Bolt::Js, &[("THINK", "4")]).await;
+    let holds = |i: usize| metric(rig.gws[i].admin_port, "slackgate_socket_connections{app=\"bot\",direction=\"bot\"}");
+    let holder = if holds(0).await >= 1.0 { 0 } else { 1 };
+    let other = 1 - holder;
+    let ts = event_ts("EvRerunDrain");
+    let body = payloads::app_mention("EvRerunDrain", &ts, "<@UBOT> what is the answer?");
+    assert_eq!(send(rig.gws[other].port, Req::signed("/slack/events", body, SECRET)).await.0, 200);
+    assert!(eventually(WAIT, || placeholder_of(&bot, &ts).is_some()).await, "{}", rig.logs());
+    rig.relay.as_ref().unwrap().point_at(&[rig.gws[other].egress_port]);
+    let pid = rig.gws[holder].pid().to_string();
+    std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(rig.gws[holder].wait_exit(WAIT).await, "the drained gateway never exited");
+    let answered = eventually(WAIT, || !bot.handled_lines(&format!("answered {ts}")).is_empty()).await;
+    assert!(answered, "the bot's answer never went through:\n{}\n{}", bot.logs(), rig.gws[other].log());
+    // The run ends `reply` 20 s after the answer: past the stopped process's 10 s of silence
+    // and the sweep that would run its runs again.
+    let ended = until(Duration::from_secs(60), async || {
+        metric(rig.gws[other].admin_port, "slackgate_turns_total{app=\"bot\",ended=\"reply\"}").await >= 1.0
+    })
+    .await;
+    assert!(ended, "the run never ended:\n{}", rig.gws[other].log());
+    assert_eq!(bot.handled_lines("app_mention").len(), 1, "run again:\n{}", bot.stdout());
+    let rerun = "slackgate_reruns_total{app=\"bot\",reason=\"socket_closed\"}";
+    assert_eq!(metric(rig.gws[other].admin_port, rerun).await, 0.0);
+    assert_eq!(rig.slack.calls_of("chat.postMessage").len(), 1);
+}
