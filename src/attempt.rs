@@ -77,8 +77,8 @@ impl Attempted {
         );
     }
 
-    /// The attempt, for the delivery history: `(app, delivery, by)`, `by` the consumer that
-    /// made it.
+    /// The attempt, for the delivery history, stamped when it was sent: `(app, delivery, by)`,
+    /// `by` the consumer that made it.
     fn remember(
         &self,
         shared: &Shared,
@@ -87,7 +87,8 @@ impl Attempted {
         outcome: Outcome,
         next_retry_ms: u64,
     ) {
-        shared.history.step(app, delivery, || {
+        let sent_ms = now_ms().saturating_sub(self.took.as_millis() as u64);
+        shared.history.step_at(app, delivery, sent_ms, || {
             crate::history::What::Attempt(crate::history::Attempt {
                 number,
                 run,

@@ -162,7 +162,17 @@ pub fn fold(record: &str) -> Option<Folded> {
     if timeline.is_empty() {
         return None;
     }
-    timeline.sort_by_key(|e| e["at"].as_u64().unwrap_or(0));
+    // In time order; within one millisecond, an arrival, then a run lost, then an attempt,
+    // then what the bot did (its writes answer the attempt stamped when it was sent).
+    timeline.sort_by_key(|e| {
+        let rank = match e["what"].as_str().unwrap_or_default() {
+            "arrived" => 0,
+            "rerun" | "lost" => 1,
+            "attempt" => 2,
+            _ => 3,
+        };
+        (e["at"].as_u64().unwrap_or(0), rank)
+    });
     let mut f = Folded { fields: HashMap::new(), body: None, timeline: Vec::new() };
     for mut e in timeline {
         f.apply(&mut e);
@@ -198,7 +208,9 @@ impl Folded {
                 self.set("last_status", e["status"].as_u64().unwrap_or(0));
                 let outcome = text("outcome");
                 if outcome == "delivered" && !self.fields.contains_key("delivered") {
-                    self.set("delivered", at);
+                    // Stamped when sent: delivered at the bot's answer.
+                    let took = e["latency_ms"].as_f64().unwrap_or(0.0).round() as u64;
+                    self.set("delivered", at.saturating_add(took));
                 }
                 self.set("status", if outcome == "retried" { "retrying".to_string() } else { outcome });
             }
@@ -327,7 +339,7 @@ mod tests {
         let f = fold(&record).unwrap();
         assert_eq!(f.fields["status"], "delivered");
         assert_eq!((f.fields["attempts"].as_str(), f.fields["received"].as_str()), ("2", "10"));
-        assert_eq!((f.fields["channel"].as_str(), f.fields["delivered"].as_str()), ("C1", "30"));
+        assert_eq!((f.fields["channel"].as_str(), f.fields["delivered"].as_str()), ("C1", "33"), "sent at 30, answered 3 ms later");
         assert_eq!(f.body, None, "the body is kept apart from the lines");
         assert!(!record.contains("{\\\"a\\\":1}"), "{record}");
         let old = format!("{}\n", r#"{"what":"arrived","at":1,"outcome":"accepted","body":"{\"a\":1}"}"#);
@@ -349,6 +361,30 @@ mod tests {
         .map(line)
         .collect::<String>();
         assert_eq!(fold(&record).unwrap().fields["status"], "held");
+    }
+
+    #[test]
+    fn within_one_millisecond_the_attempt_comes_before_the_writes_that_answer_it() {
+        let wrote = What::Wrote(crate::history::Write {
+            method: "chat.postMessage".into(),
+            channel: "C1".into(),
+            outcome: "forwarded",
+            key: "none",
+            ts: "1.000001".into(),
+            took_ms: 0,
+            bytes: 10,
+            text: None,
+        });
+        let lost = What::Rerun { reason: "socket_closed", run: 2 };
+        // A bot that acks first writes before its attempt's end is recorded: appended first.
+        let record = [note(40, wrote), note(40, attempt(2, "delivered", 200)), note(40, lost)]
+            .iter()
+            .map(line)
+            .collect::<String>();
+        let f = fold(&record).unwrap();
+        let whats: Vec<&str> = f.timeline.iter().map(|e| e["what"].as_str().unwrap()).collect();
+        assert_eq!(whats, ["rerun", "attempt", "wrote"]);
+        assert_eq!((f.fields["status"].as_str(), f.fields["replies"].as_str()), ("delivered", "1"));
     }
 
     #[test]

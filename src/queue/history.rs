@@ -60,8 +60,14 @@ impl History {
     /// Queue what just happened to `delivery` (stamped now), when its history is kept in
     /// full ([`kept`]); `what` is made only then.
     pub fn step(&self, app: &str, delivery: &str, what: impl FnOnce() -> What) {
+        self.step_at(app, delivery, crate::clock::now_ms(), what);
+    }
+
+    /// [`History::step`] for something that began at `at_ms` (an attempt: when it was sent, so
+    /// the bot's writes in answer to it follow it in the timeline however long recording its
+    /// end took).
+    pub fn step_at(&self, app: &str, delivery: &str, at_ms: u64, what: impl FnOnce() -> What) {
         if self.is_on() && kept(delivery) {
-            let at_ms = crate::clock::now_ms();
             self.note(Note { app: app.to_string(), delivery: delivery.to_string(), at_ms, what: what() });
         }
     }
