@@ -339,7 +339,11 @@ mod tests {
         let f = fold(&record).unwrap();
         assert_eq!(f.fields["status"], "delivered");
         assert_eq!((f.fields["attempts"].as_str(), f.fields["received"].as_str()), ("2", "10"));
-        assert_eq!((f.fields["channel"].as_str(), f.fields["delivered"].as_str()), ("C1", "33"), "sent at 30, answered 3 ms later");
+        assert_eq!(
+            (f.fields["channel"].as_str(), f.fields["delivered"].as_str()),
+            ("C1", "33"),
+            "sent at 30, answered 3 ms later"
+        );
         assert_eq!(f.body, None, "the body is kept apart from the lines");
         assert!(!record.contains("{\\\"a\\\":1}"), "{record}");
         let old = format!("{}\n", r#"{"what":"arrived","at":1,"outcome":"accepted","body":"{\"a\":1}"}"#);
