@@ -50,6 +50,8 @@ pub struct Attempted {
     pub result: Result<Response, SendError>,
     pub verdict: Verdict,
     pub took: Duration,
+    /// How it reached the bot: "http" or "socket".
+    via: &'static str,
     /// Its span, with traces on: exported when this is dropped.
     span: trace::AttemptSpan,
 }
@@ -98,6 +100,7 @@ impl Attempted {
                 latency_ms: self.took.as_secs_f64() * 1000.0,
                 next_retry_ms,
                 by: by.to_string(),
+                via: self.via,
             })
         });
     }
@@ -111,6 +114,10 @@ pub async fn send_once(transport: Transport<'_>, shared: &Shared, app: &AppConfi
     let timeout = d.route.delivery.timeout;
     let started = Instant::now();
     let mut span = trace::AttemptSpan::begin(shared, app, &d, &transport);
+    let via = match transport {
+        Transport::Socket(_) => "socket",
+        Transport::Http(_) => "http",
+    };
     let result = match transport {
         Transport::Socket(bots) => {
             let body = (d.content_type, &d.body[..]);
@@ -132,14 +139,14 @@ pub async fn send_once(transport: Transport<'_>, shared: &Shared, app: &AppConfi
         }
     };
     span.answered(&result);
-    judged(&shared.metrics, app, result, started.elapsed(), span)
+    judged(&shared.metrics, app, result, (started.elapsed(), via), span)
 }
 
 fn judged(
     metrics: &Metrics,
     app: &AppConfig,
     result: Result<Response, SendError>,
-    took: Duration,
+    (took, via): (Duration, &'static str),
     span: trace::AttemptSpan,
 ) -> Attempted {
     let class = match &result {
@@ -148,7 +155,7 @@ fn judged(
         Err(_) => "error",
     };
     metrics.attempt(&app.name, took, class);
-    Attempted { verdict: policy::judge(&result), result, took, span }
+    Attempted { verdict: policy::judge(&result), result, took, via, span }
 }
 
 /// How an attempt's entry is finished: through a worker's lease, or through the ingress's
@@ -476,7 +483,13 @@ mod tests {
             headers: Default::default(),
             socket: None,
         });
-        Attempted { verdict: policy::judge(&result), result, took: Duration::ZERO, span: trace::AttemptSpan::Off }
+        Attempted {
+            verdict: policy::judge(&result),
+            result,
+            took: Duration::ZERO,
+            via: "http",
+            span: trace::AttemptSpan::Off,
+        }
     }
 
     #[test]

@@ -211,8 +211,14 @@ fn stream(e: &Value) -> String {
 fn attempt(e: &Value) -> String {
     let n = |k: &str| e[k].as_f64().unwrap_or(0.0);
     let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-    let status =
-        if n("status") > 0.0 { format!("HTTP {}", e["status"]) } else { format!("no answer ({})", s("error")) };
+    // A Socket Mode bot answers with its envelope's ack, not a status (entries written before
+    // `via` was recorded were over HTTP or read the same).
+    let status = match (n("status") > 0.0, s("via") == "socket") {
+        (true, true) => "acked on its socket".to_string(),
+        (true, false) => format!("HTTP {}", e["status"]),
+        (false, true) => format!("no ack on its socket ({})", s("error")),
+        (false, false) => format!("no answer ({})", s("error")),
+    };
     let next = match n("next_retry_ms") {
         ms if ms > 0.0 => format!(", next try in {:.1} s", ms / 1000.0),
         _ => String::new(),

@@ -53,6 +53,7 @@ pub fn line(note: &Note) -> String {
             latency_ms: (a.latency_ms * 100.0).round() / 100.0,
             next_retry_ms: a.next_retry_ms,
             by: &a.by,
+            via: a.via,
         }),
         What::Held
         | What::Paused { .. }
@@ -118,6 +119,7 @@ struct AttemptLine<'a> {
     latency_ms: f64,
     next_retry_ms: u64,
     by: &'a str,
+    via: &'a str,
 }
 
 #[derive(Serialize)]
@@ -320,6 +322,7 @@ mod tests {
             latency_ms: 3.0,
             next_retry_ms: 0,
             by: "gw-1".into(),
+            via: "http",
         })
     }
 

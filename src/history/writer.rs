@@ -353,6 +353,7 @@ mod tests {
             latency_ms: 2.0,
             next_retry_ms: 0,
             by: "c".into(),
+            via: "http",
         });
         let notes = [
             note("0-a", 60_000, attempt),

@@ -184,6 +184,8 @@ pub struct Attempt {
     pub next_retry_ms: u64,
     /// Which gateway process made it (its consumer name), or "inline".
     pub by: String,
+    /// How it reached the bot: "http", or "socket" (a Socket Mode bot's ack is its answer).
+    pub via: &'static str,
 }
 
 #[derive(Debug, Clone)]

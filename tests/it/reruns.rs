@@ -213,6 +213,9 @@ async fn a_socket_bot_killed_mid_run_answers_once_when_started_again(kind: Bolt,
     ];
     let runs: Vec<&String> = seen.iter().filter(|w| expected.contains(&w.as_str())).collect();
     assert_eq!(runs, expected, "{seen:?}");
+    let vias: Vec<&str> =
+        timeline.iter().filter(|e| e["what"] == "attempt").filter_map(|e| e["via"].as_str()).collect();
+    assert_eq!(vias, ["socket", "socket"], "each attempt says it went over the bot's socket");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

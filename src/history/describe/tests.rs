@@ -290,6 +290,12 @@ proptest! {
 fn entries_in_words_and_links() {
     let e = serde_json::json!({"what":"attempt","number":2,"by":"gw-1","status":503,"latency_ms":4.0,"outcome":"retried","next_retry_ms":2000});
     assert_eq!(describe(&e), "attempt 2 by gw-1: HTTP 503 in 4.0 ms → retried, next try in 2.0 s");
+    let socket = |status: u16, error: &str| {
+        serde_json::json!({"what":"attempt","number":1,"run":2,"by":"gw-1","status":status,"error":error,
+            "latency_ms":3.0,"outcome":"delivered","via":"socket"})
+    };
+    assert_eq!(describe(&socket(200, "")), "attempt 1 (run 2) by gw-1: acked on its socket in 3.0 ms → delivered");
+    assert!(describe(&socket(0, "timeout")).contains("no ack on its socket (timeout)"));
     let a = serde_json::json!({"what":"absorbed","retry_num":"1","retry_reason":"http_timeout","outcome":"duplicate","ack_ms":1.5});
     assert!(describe(&a).contains("retry 1 (http_timeout)"));
     assert_eq!(message_link("C1", "1700.0001").as_deref(), Some("https://slack.com/archives/C1/p17000001"));
