@@ -11,20 +11,6 @@ use serde_json::Value;
 use crate::egress_common::*;
 use crate::utils::*;
 
-fn cli(gw: &Gateway, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
-        .args(args)
-        .args(["--json", "--config"])
-        .arg(&gw.config_path)
-        .env("SG_TEST_SECRET", SECRET)
-        .env_remove("SLACKGATE_REDIS_URL")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
-}
-
 fn mention(event_id: &str, ts: &str, channel: &str) -> Vec<u8> {
     serde_json::json!({
         "token": "legacy-verification-token", "type": "event_callback", "event_id": event_id, "team_id": "T1",
@@ -39,7 +25,7 @@ fn mention(event_id: &str, ts: &str, channel: &str) -> Vec<u8> {
 async fn delivery_of(gw: &Gateway, search: &str) -> String {
     let mut id = String::new();
     until(Duration::from_secs(10), async || {
-        let page = cli(gw, &["deliveries", "--search", search]);
+        let page = gw.cli_json(&["deliveries", "--search", search]);
         id = page["rows"][0]["id"].as_str().unwrap_or_default().to_string();
         !id.is_empty()
     })
@@ -52,7 +38,7 @@ async fn delivery_of(gw: &Gateway, search: &str) -> String {
 async fn shown_when(gw: &Gateway, id: &str, done: impl Fn(&[Value]) -> bool) -> Value {
     let mut shown = Value::Null;
     until(Duration::from_secs(10), async || {
-        shown = cli(gw, &["show", id]);
+        shown = gw.cli_json(&["show", id]);
         done(shown["timeline"].as_array().map_or(&[][..], Vec::as_slice))
     })
     .await;
@@ -121,10 +107,10 @@ async fn the_list_filters_by_channel_status_and_never_answered() {
     let ids = |page: Value| -> Vec<String> {
         page["rows"].as_array().into_iter().flatten().filter_map(|r| r["id"].as_str().map(String::from)).collect()
     };
-    assert_eq!(ids(cli(&s.gw, &["deliveries", "--channel", "C2"])), vec![unanswered.clone()]);
-    assert_eq!(ids(cli(&s.gw, &["deliveries", "--never-answered", "0s"])), vec![unanswered.clone()]);
-    assert!(ids(cli(&s.gw, &["deliveries", "--status", "dead"])).is_empty());
-    assert_eq!(ids(cli(&s.gw, &["deliveries", "--status", "delivered"])).len(), 2);
+    assert_eq!(ids(s.gw.cli_json(&["deliveries", "--channel", "C2"])), vec![unanswered.clone()]);
+    assert_eq!(ids(s.gw.cli_json(&["deliveries", "--never-answered", "0s"])), vec![unanswered.clone()]);
+    assert!(ids(s.gw.cli_json(&["deliveries", "--status", "dead"])).is_empty());
+    assert_eq!(ids(s.gw.cli_json(&["deliveries", "--status", "delivered"])).len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,7 +127,7 @@ async fn the_history_keeps_at_most_history_max_deliveries_per_app() {
     let tag = format!("{{{}:h:bot}}", cfg.prefix);
     let kept = || redis.keys(&format!("{tag}:t:*")).len();
     assert!(eventually(Duration::from_secs(20), || kept() == 100).await, "{} kept", kept());
-    let page = cli(&gw, &["deliveries", "--limit", "200"]);
+    let page = gw.cli_json(&["deliveries", "--limit", "200"]);
     let rows = page["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 100, "the list and the index agree");
     assert!(rows.iter().all(|r| r["fields"]["receipt"] != "e:EvMax000"), "the oldest went first");
@@ -173,7 +159,7 @@ async fn past_history_rate_a_second_deliveries_are_counted_but_not_recorded() {
     let kept = redis.keys(&format!("{tag}:t:*")).len();
     // Five a second: the 20 sends span a few seconds at most.
     assert!((5..20).contains(&kept), "{kept} recorded in full");
-    let page = cli(&gw, &["deliveries", "--limit", "100"]);
+    let page = gw.cli_json(&["deliveries", "--limit", "100"]);
     assert_eq!(page["rows"].as_array().unwrap().len(), kept);
 }
 
@@ -341,22 +327,22 @@ async fn a_filtered_list_reads_the_arrivals_fields_and_the_matches_timelines_alo
     }
     assert!(eventually(Duration::from_secs(10), || s.bot.count() == 40).await);
     until(Duration::from_secs(10), async || {
-        cli(&s.gw, &["deliveries", "--limit", "100"])["rows"].as_array().map_or(0, Vec::len) == 40
+        s.gw.cli_json(&["deliveries", "--limit", "100"])["rows"].as_array().map_or(0, Vec::len) == 40
     })
     .await;
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut s.redis.conn()).unwrap();
-    let page = cli(&s.gw, &["deliveries", "--channel", "CWANTED", "--limit", "100"]);
+    let page = s.gw.cli_json(&["deliveries", "--channel", "CWANTED", "--limit", "100"]);
     let rows = page["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4, "{page:#}");
     assert!(rows.iter().all(|r| r["fields"]["channel"] == "CWANTED" && r["fields"]["status"] == "delivered"));
     assert!(calls(&s.redis, "get") <= 4, "the 4 matches' timelines, no other: {} GETs", calls(&s.redis, "get"));
     assert!(calls(&s.redis, "hmget") >= 40, "every arrival's fields");
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut s.redis.conn()).unwrap();
-    let none = cli(&s.gw, &["deliveries", "--search", "EvNoSuch"]);
+    let none = s.gw.cli_json(&["deliveries", "--search", "EvNoSuch"]);
     assert!(none["rows"].as_array().unwrap().is_empty());
     assert_eq!(calls(&s.redis, "get"), 0, "a filter that matches nothing reads no timeline");
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut s.redis.conn()).unwrap();
-    let newest = cli(&s.gw, &["deliveries", "--limit", "5"]);
+    let newest = s.gw.cli_json(&["deliveries", "--limit", "5"]);
     assert_eq!(newest["rows"].as_array().unwrap().len(), 5);
     assert!(calls(&s.redis, "get") <= 6, "an unfiltered page reads its rows (and one to know of more), not a chunk");
 }

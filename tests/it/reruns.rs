@@ -111,22 +111,6 @@ impl SocketRig {
     }
 }
 
-/// `slackgate <args> --json` against `gw`'s config.
-fn cli(gw: &Gateway, args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slackgate"))
-        .args(args)
-        .args(["--json", "--config"])
-        .arg(&gw.config_path)
-        .env("SG_TEST_SECRET", SECRET)
-        .env("SG_XAPP", XAPP)
-        .env_remove("SLACKGATE_REDIS_URL")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
-}
-
 /// The timeline `slackgate show` gives of the delivery of event `event_id`, once `done` holds.
 async fn timeline_when(
     gw: &Gateway,
@@ -135,9 +119,9 @@ async fn timeline_when(
 ) -> Vec<serde_json::Value> {
     let mut timeline = Vec::new();
     until(WAIT, async || {
-        let page = cli(gw, &["deliveries", "--search", event_id]);
+        let page = gw.cli_json(&["deliveries", "--search", event_id]);
         let Some(id) = page["rows"][0]["id"].as_str() else { return false };
-        let shown = cli(gw, &["show", id]);
+        let shown = gw.cli_json(&["show", id]);
         timeline = shown["timeline"].as_array().cloned().unwrap_or_default();
         done(&timeline)
     })

@@ -172,6 +172,24 @@ impl Gateway {
         }
     }
 
+    /// `slackgate <args> --json` against this gateway's config, with the environment it runs
+    /// with (its secrets; no `SLACKGATE_REDIS_URL`): the answer, which must be a success, as JSON.
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_slackgate"))
+            .args(args)
+            .args(["--json", "--config"])
+            .arg(&self.config_path)
+            .env("SG_TEST_SECRET", super::SECRET)
+            .env("SG_OTHER_SECRET", "the-other-apps-secret")
+            .env_remove("SLACKGATE_REDIS_URL")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+    }
+
     /// Write this gateway's config with the ports it has now, rather than port 0: what an
     /// upgrade (which takes the sockets over by address) needs.
     pub fn pin_ports(&self, cfg: &GatewayConfig) {
