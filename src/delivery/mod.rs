@@ -9,6 +9,7 @@
 mod finisher;
 mod held;
 mod housekeeping;
+mod leased;
 mod reach;
 mod reader;
 mod routing;
