@@ -7,7 +7,6 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, warn};
 
 use super::held::Held;
-use super::reader::NO_BOT_POLL;
 use super::routing::{copy_to_shadow, expire_paused, note_message, park, route_of, stale_reply, still_paused, Place};
 use super::Shard;
 use crate::attempt::{self, InlineOutcome, Path, ReplyTo};
@@ -16,6 +15,10 @@ use crate::outbox::{Finish, Lease, Stored};
 use crate::pauses::Pause;
 use crate::policy::Outcome;
 use crate::slack::Kind;
+use crate::upstream::Transport;
+
+/// With `upstream = "socket"` and no bot connected here, look again this often.
+pub(super) const NO_BOT_POLL: Duration = Duration::from_millis(100);
 
 /// One attempt for one leased entry, start to fenced finish. Its attempt slot (`permit`) is
 /// given back once the bot has answered, for a slot of the recording ones: the finish waits on
@@ -135,6 +138,11 @@ async fn keep_lease(s: &Shard, lease: &Lease) {
 }
 
 impl Shard {
+    /// How an attempt reaches `upstream` (the app's own, or an entry's).
+    pub(super) fn transport_to<'a>(&'a self, upstream: &Upstream) -> Transport<'a> {
+        Transport::of(upstream, &self.client, &*self.shared.bots)
+    }
+
     /// A Socket Mode bot whose sockets here all closed since the entry was read (a bot that
     /// restarts, a run lost with it put back): wait for it to reconnect, up to `within`, rather
     /// than count an attempt no bot saw (the bot would get the delivery as Slack's retry).

@@ -9,10 +9,9 @@ use std::time::Duration;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use super::leased::run_attempt;
+use super::leased::{run_attempt, NO_BOT_POLL};
 use super::reach::Turn;
 use super::Shard;
-use crate::config::Upstream;
 use crate::drain::Work;
 use crate::outbox::{self, Finish, Lease, Loaded, StoreOp, Stored};
 use crate::upstream::Transport;
@@ -21,8 +20,6 @@ use crate::upstream::Transport;
 const READ_BLOCK: Duration = Duration::from_secs(1);
 /// At most this many entries per read.
 const BATCH: usize = 64;
-/// With `upstream = "socket"` and no bot connected here, look again this often.
-pub(super) const NO_BOT_POLL: Duration = Duration::from_millis(100);
 /// While yielding to acks with every allowed attempt running, look again this often.
 const YIELD_POLL: Duration = Duration::from_millis(10);
 /// The stream of versions before carried deliveries is read this often (see `legacy`).
@@ -319,11 +316,6 @@ impl Shard {
     /// How this shard's attempts reach the app's bot, when all go to the app's own upstream.
     fn transport(&self) -> Transport<'_> {
         self.transport_to(&self.app.upstream)
-    }
-
-    /// How an attempt reaches `upstream` (the app's own, or an entry's).
-    pub(super) fn transport_to<'a>(&'a self, upstream: &Upstream) -> Transport<'a> {
-        Transport::of(upstream, &self.client, &*self.shared.bots)
     }
 
     /// Whether this shard is a shadow's lane (`bot.shadow`).
